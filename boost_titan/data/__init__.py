@@ -1,0 +1,16 @@
+"""Offline tokenizers and datasets, plugged into torchtitan through its TrainSpec builder hooks."""
+
+from boost_titan.data.datasets import (
+    build_dataloader,
+    build_validation_dataloader,
+    build_validator,
+)
+from boost_titan.data.tokenizer import TiktokenTokenizer, build_tokenizer
+
+__all__ = [
+    "TiktokenTokenizer",
+    "build_dataloader",
+    "build_tokenizer",
+    "build_validation_dataloader",
+    "build_validator",
+]

