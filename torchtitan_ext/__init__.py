@@ -1,0 +1,16 @@
+"""torchtitan glue: registers the ``cola_llama`` model family (and, on CPU, the device shim).
+
+Loaded by torchtitan through ``[job] custom_config_module = "torchtitan_ext.job_config"`` (which
+imports this package first) and ``[experimental] custom_import = "torchtitan_ext"``.
+"""
+
+import torch
+
+if not torch.cuda.is_available():
+    from . import cpu_shim
+
+    cpu_shim.install()
+
+from .train_spec import register  # noqa: E402
+
+register()

@@ -4,6 +4,7 @@ from .args import TransformerArgs
 
 _COLA = {
     # name:      dim, layers, heads, ffn,  rank, vocab, tied
+    "tiny": (64, 2, 4, 160, 16, 512, False),  # tests: fast on CPU (synthetic tokens)
     "debugmodel": (256, 4, 8, 768, 64, 50304, False),  # vocab covers the shipped GPT-2 tokenizer
     "60M": (512, 8, 8, 1344, 128, 32000, False),
     "1B": (2048, 24, 32, 5472, 512, 32000, True),
@@ -14,8 +15,15 @@ _COLA = {
 }
 
 
-def _flavors() -> dict[str, TransformerArgs]:
-    out = {}
+class Flavors(dict):
+    """Flavor name → args; an unknown name fails with the list of known ones."""
+
+    def __missing__(self, name):
+        raise ValueError(f"unknown cola_llama flavor {name!r}; available: {', '.join(self)}")
+
+
+def _flavors() -> Flavors:
+    out = Flavors()
     for name, (d, layers, heads, f, r, vocab, tied) in _COLA.items():
         common = dict(dim=d, n_layers=layers, n_heads=heads, ffn_dim=f, vocab_size=vocab, tie_embeddings=tied)
         out[name] = TransformerArgs(**common, attn_rank=r, mlp_rank=r, swiglu=False)
@@ -23,4 +31,4 @@ def _flavors() -> dict[str, TransformerArgs]:
     return out
 
 
-FLAVORS: dict[str, TransformerArgs] = _flavors()
+FLAVORS: Flavors = _flavors()

@@ -208,7 +208,7 @@ class Transformer(ModelProtocol):
     def __init__(self, args: TransformerArgs):
         super().__init__(args)
         args.validate()
-        self.args = args
+        self.model_args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.register_buffer("rope", rope_cos_sin(args.head_dim, args.max_seq_len, args.rope_theta),
                              persistent=False)
@@ -233,15 +233,15 @@ class Transformer(ModelProtocol):
         its own shard, so the full weights never depend on the tp/pp/dp layout.
         """
         device = buffer_device or next(iter(self.buffers())).device
-        self.rope = rope_cos_sin(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta, device)
+        self.rope = rope_cos_sin(self.model_args.head_dim, self.model_args.max_seq_len, self.model_args.rope_theta, device)
         seen = set()
         for mod_name, module in self.named_modules():
             for p_name, param in module.named_parameters(recurse=False):
                 if id(param) in seen:  # the tied lm_head: drawn once, as tok_embeddings.weight
                     continue
                 seen.add(id(param))
-                std = None if isinstance(module, RMSNorm) else getattr(module, "init_std", self.args.init_std)
-                init_parameter(param, canonical_name(f"{mod_name}.{p_name}"), std, self.args.init_seed)
+                std = None if isinstance(module, RMSNorm) else getattr(module, "init_std", self.model_args.init_std)
+                init_parameter(param, canonical_name(f"{mod_name}.{p_name}"), std, self.model_args.init_seed)
 
 
 def canonical_name(name: str) -> str:

@@ -1,0 +1,91 @@
+"""torchtitan ``parallelize_fn`` for the cola_llama family: TP → activation checkpointing → compile → FSDP2.
+
+Same order and knobs as torchtitan's llama3; the TP plan comes from ``[boost] tp_strategy``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torchtitan.config import TORCH_DTYPE_MAP
+from torchtitan.distributed.activation_checkpoint import apply_ac
+from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp
+from torchtitan.tools.logging import logger
+
+from boost_titan.parallel import apply_tp, check_tp
+from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint
+
+
+def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
+    boost, args = job_config.boost, model.model_args
+    tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
+    check_tp(boost.tp_strategy, args, tp)  # also catches a strategy/flavor mismatch at tp = 1
+    if job_config.training.seq_len % parallel_dims.seq_len_divisor:
+        raise ValueError(f"training.seq_len={job_config.training.seq_len} must be divisible by "
+                         f"{parallel_dims.seq_len_divisor} (tp · 2 · cp)")
+    if parallel_dims.cp_enabled:
+        raise NotImplementedError("context parallelism is not supported by cola_llama yet")
+
+    if parallel_dims.tp_enabled:
+        apply_tp(model, parallel_dims.get_mesh("tp"), boost.tp_strategy, args, rmsnorm=boost.rmsnorm,
+                 loss_parallel=not job_config.parallelism.disable_loss_parallel)
+        logger.info(f"Applied tensor parallelism: tp_strategy={boost.tp_strategy} tp={tp} rmsnorm={boost.rmsnorm}")
+
+    compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    ac_mode = job_config.activation_checkpoint.mode
+    if boost.lowrank_checkpoint:
+        if ac_mode != "none":
+            raise ValueError(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode={ac_mode!r}: "
+                             "set activation_checkpoint.mode = 'none'")
+        apply_lowrank_checkpoint(model, args, tensor_parallel=parallel_dims.tp_enabled)
+        logger.info("Applied low-rank activation checkpointing (saves the bottleneck all-reduce outputs)")
+    elif ac_mode != "none":
+        apply_ac(model, job_config.activation_checkpoint, model_compile_enabled=compile_model,
+                 op_sac_save_list=_op_sac_save_list, base_folder=job_config.job.dump_folder)
+
+    if compile_model:
+        apply_compile(model, job_config.compile)
+
+    if parallel_dims.fsdp_enabled:
+        names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
+        apply_fsdp(model, parallel_dims.get_mesh(names),
+                   param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
+                   reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
+                   pp_enabled=parallel_dims.pp_enabled,
+                   cpu_offload=job_config.training.enable_cpu_offload,
+                   reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward)
+        logger.info("Applied FSDP2 to the model")
+    elif parallel_dims.dp_replicate_enabled:
+        apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
+    return model
+
+
+def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offload=False,
+               reshard_after_forward_policy="default") -> None:
+    """torchtitan's FSDP2 wrapping (embedding, each block, norm+head, root), tied-embedding aware.
+
+    A tied embedding/lm_head is one parameter, so it must live in one FSDP group: the root's.
+    """
+    config = {"mesh": dp_mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
+    if cpu_offload:
+        config["offload_policy"] = CPUOffloadPolicy()
+    reshard = {"always": True, "never": False, "default": not pp_enabled}.get(reshard_after_forward_policy)
+    if reshard is None:
+        raise ValueError(f"parallelism.fsdp_reshard_after_forward={reshard_after_forward_policy!r} is invalid")
+    tied = model.model_args.tie_embeddings
+    if model.tok_embeddings is not None and not tied:
+        fully_shard(model.tok_embeddings, **config, reshard_after_forward=reshard)
+    for block in model.layers.values():
+        fully_shard(block, **config, reshard_after_forward=reshard)
+    if model.norm is not None and model.output is not None and not tied:
+        fully_shard([model.norm, model.output], **config,
+                    reshard_after_forward=reshard_after_forward_policy == "always")
+    fully_shard(model, **config)
+    gloo = dist.get_backend(dp_mesh.get_group()) == "gloo" if dp_mesh.ndim == 1 else not torch.cuda.is_available()
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)  # the trainer divides by the global token count
+            if gloo:
+                module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
