@@ -17,6 +17,8 @@ from torch import nn
 
 from torchtitan.protocols.model import ModelProtocol
 
+from boost_titan.ops.rmsnorm import rms_norm, upcast
+
 from .args import TransformerArgs
 
 
@@ -27,7 +29,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class BatchedLinear(nn.Module):
@@ -143,7 +145,7 @@ def rope_cos_sin(head_dim: int, max_seq_len: int, theta: float, device=None) -> 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """x: [b, s, heads, head_dim]; rotate pairs (i, i + head_dim/2) (GPT-NeoX / flash-attn layout)."""
     cos, sin = rope[: x.shape[1]].unsqueeze(1).chunk(2, dim=-1)  # [s, 1, hd/2]
-    x1, x2 = x.float().chunk(2, dim=-1)
+    x1, x2 = upcast(x).chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
 
 

@@ -1,1 +1,3 @@
-from .rmsnorm import online_rms_norm_linear, sync_rms_norm
+from .rmsnorm import online_rms_norm_linear, rms_norm, sync_rms_norm, upcast
+
+__all__ = ["online_rms_norm_linear", "rms_norm", "sync_rms_norm", "upcast"]

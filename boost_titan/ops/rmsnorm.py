@@ -16,13 +16,24 @@ Notation (boost_design §4): rank i holds ``x_i [..., d/t]`` and ``γ_i``; ``S_i
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from boost_titan.ops import comm
 
 
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """Norm arithmetic runs in at least fp32 (fp64 stays fp64)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Plain RMSNorm over the full last dim (the reference; also used where x is not d-sharded)."""
+    return F.rms_norm(upcast(x), (x.shape[-1],), upcast(weight), eps).type_as(x)
+
+
 def local_statistic(x: torch.Tensor) -> torch.Tensor:
-    """``S_i = Σ_j x_ij²`` over the local last dim, fp32, shape ``[..., 1]``."""
-    return x.float().pow(2).sum(-1, keepdim=True)
+    """``S_i = Σ_j x_ij²`` over the local last dim (≥ fp32), shape ``[..., 1]``."""
+    return upcast(x).pow(2).sum(-1, keepdim=True)
 
 
 def sync_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dim: int, mesh) -> torch.Tensor:
@@ -32,7 +43,7 @@ def sync_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dim: int, m
     is a partial sum as well: :func:`comm.sum_partials` all-reduces it in backward.
     """
     s = comm.sum_partials(local_statistic(x), mesh)
-    return (x.float() * torch.rsqrt(s / dim + eps) * weight.float()).type_as(x)
+    return (upcast(x) * torch.rsqrt(s / dim + eps) * upcast(weight)).type_as(x)
 
 
 # ---- online: the statistic travels inside the bottleneck all-reduce ----------------------------
@@ -49,12 +60,12 @@ def pack_statistic(s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if dtype in (torch.float32, torch.float64):
         return s.to(dtype)
     hi = s.to(dtype)
-    lo = (s - hi.float()).to(dtype)
+    lo = (s - upcast(hi)).to(dtype)
     return torch.cat([hi, lo], dim=-1)
 
 
 def unpack_statistic(cols: torch.Tensor) -> torch.Tensor:
-    return cols.float().sum(-1, keepdim=True)
+    return upcast(cols).sum(-1, keepdim=True)
 
 
 def statistic_width(dtype: torch.dtype) -> int:
@@ -68,10 +79,10 @@ def online_rms_norm_linear(x, weight, linear, eps: float, dim: int, mesh) -> lis
     ungrouped factor); the statistic is packed into the first one's all-reduce.
     """
     s_local = local_statistic(x)
-    partials = linear((x.float() * weight.float()).type_as(x))
+    partials = linear((upcast(x) * upcast(weight)).type_as(x))
     first = partials[0]
     n = first.shape[-1]
     packed = comm.reduce(torch.cat([first, pack_statistic(s_local, first.dtype)], dim=-1), mesh)
     reduced = [packed[..., :n], *(comm.reduce(p, mesh) for p in partials[1:])]
     inv_rms = torch.rsqrt(unpack_statistic(packed[..., n:]) / dim + eps)
-    return [(h.float() * inv_rms).type_as(h) for h in reduced]
+    return [(upcast(h) * inv_rms).type_as(h) for h in reduced]

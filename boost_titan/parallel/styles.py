@@ -25,16 +25,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Placement, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost_titan.models.model import Projection
 from boost_titan.ops import comm
-from boost_titan.ops.rmsnorm import online_rms_norm_linear, sync_rms_norm
+from boost_titan.ops.rmsnorm import online_rms_norm_linear, rms_norm, sync_rms_norm
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
-    return p.to_local() if hasattr(p, "to_local") else p
+    # isinstance, not hasattr(p, "to_local"): under torch.compile dynamo answers hasattr on a DTensor
+    # parameter with False, which left the DTensor in the local-tensor math.
+    return p.to_local() if isinstance(p, DTensor) else p
 
 
 class _ShardedProjection(Projection):
@@ -57,7 +59,7 @@ class _ShardedProjection(Projection):
         w = self.local_norm_weight()
         if sequence_sharded:
             w = comm.copy(w, self.tp_mesh)
-        return F.rms_norm(x.float(), (x.shape[-1],), w.float(), self.norm.eps).type_as(x)
+        return rms_norm(x, w, self.norm.eps)
 
 
 class BTPProjection(_ShardedProjection):

@@ -1,0 +1,142 @@
+"""Single-process properties of the model family: counts, FLOPs, init, shapes, errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from boost_titan.models import FLAVORS, Transformer, TransformerArgs, count_params, flops_per_token
+from boost_titan.models.model import cola_std
+
+SMALL = TransformerArgs(dim=64, n_layers=2, n_heads=4, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+
+
+@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+def test_parameter_count_matches_closed_form(flavor):
+    args = FLAVORS[flavor]
+    with torch.device("meta"):
+        model = Transformer(args)
+    assert sum(p.numel() for p in model.parameters()) == count_params(args)
+
+
+def test_paper_sizes_by_hand():
+    """boost_design §1.7: CoLA = 8·d·r + 3·r·(d+f) per layer; full rank 4d² + 3df; + 2d norms."""
+    d, f, r, L, V = 2048, 5472, 512, 24, 32000
+    cola = L * (8 * d * r + 3 * r * (d + f) + 2 * d) + V * d + d
+    full = L * (4 * d * d + 3 * d * f + 2 * d) + V * d + d
+    assert count_params(FLAVORS["1B"]) == cola == 544_180_224
+    assert count_params(FLAVORS["1B_fullrank"]) == full == 1_275_168_768
+    assert round(count_params(FLAVORS["7B"]) / 1e9, 2) == 2.69
+    assert round(count_params(FLAVORS["7B_fullrank"]) / 1e9, 2) == 6.61
+
+
+@pytest.mark.parametrize("flavor", ["1B", "7B", "1B_fullrank", "7B_fullrank"])
+def test_flops_per_token_by_hand(flavor):
+    """6 × (every GEMM weight, lm_head included even when tied) + 12·L·d·s attention."""
+    a, s = FLAVORS[flavor], 4096
+    d, f, r, L, V = a.dim, a.ffn_dim, a.attn_rank, a.n_layers, a.vocab_size
+    per_layer = (8 * d * r + 3 * r * (d + f)) if r else (4 * d * d + 3 * d * f)
+    expected = 6 * (L * per_layer + V * d) + 12 * L * d * s
+    assert flops_per_token(a, s) == expected
+    if flavor == "1B":  # FR/CoLA FLOP ratio at the benchmark shape (issue: ≈1.77)
+        ratio = flops_per_token(FLAVORS["1B_fullrank"], s) / expected
+        assert 1.7 < ratio < 1.85
+
+
+def test_cola_init_statistics():
+    args = FLAVORS["60M"]
+    model = Transformer(args)
+    model.init_weights(torch.device("cpu"))
+    d, f, r = args.dim, args.ffn_dim, args.attn_rank
+    blk = model.layers["0"]
+    for proj, (d_in, d_out) in [(blk.attention.qkv, (d, d)), (blk.feed_forward.gate_up, (d, f)),
+                                (blk.feed_forward.down, (f, d))]:
+        want = cola_std(r, d_in, d_out)
+        assert proj.a.weight.std().item() == pytest.approx(want, rel=0.03)
+        assert proj.b[0].weight.std().item() == pytest.approx(want, rel=0.03)
+        # the product B·A has Xavier-like variance 1/(d_in + d_out)
+        prod = proj.b[0].weight[0] @ proj.a.weight[0]
+        assert prod.var().item() == pytest.approx(1 / (d_in + d_out), rel=0.1)
+    assert model.tok_embeddings.weight.std().item() == pytest.approx(0.025, rel=0.02)
+    assert torch.all(blk.attention.qkv.norm.weight == 1)
+
+
+def test_init_depends_only_on_seed_and_name():
+    a, b = Transformer(SMALL), Transformer(SMALL)
+    torch.manual_seed(123)  # the global RNG must not matter
+    a.init_weights(torch.device("cpu"))
+    torch.manual_seed(456)
+    b.init_weights(torch.device("cpu"))
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), name
+    c = Transformer(SMALL.replace(init_seed=1))
+    c.init_weights(torch.device("cpu"))
+    assert not torch.equal(c.output.weight, a.output.weight)
+
+
+def test_forward_backward_shapes_and_tied_head():
+    args = SMALL.replace(tie_embeddings=True, n_kv_heads=2)
+    model = Transformer(args)
+    model.init_weights(torch.device("cpu"))
+    assert model.output.weight is model.tok_embeddings.weight
+    tokens = torch.randint(0, args.vocab_size, (3, 10))
+    logits = model(tokens)
+    assert logits.shape == (3, 10, args.vocab_size)
+    F.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("args", [SMALL, SMALL.replace(n_kv_heads=2), SMALL.replace(attn_rank=0, mlp_rank=0)],
+                         ids=["mha", "gqa", "dense"])
+def test_grouped_and_ungrouped_compute_the_same_function(args):
+    tokens = torch.randint(0, args.vocab_size, (2, 12))
+    grads = []
+    for grouped in (True, False):
+        model = Transformer(args.replace(grouped=grouped)).double()
+        model.init_weights(torch.device("cpu"))
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (l1, g1), (l2, g2) = grads
+    torch.testing.assert_close(l1, l2, rtol=1e-12, atol=0)
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-10, atol=1e-14)
+
+
+def test_lowrank_projection_is_b_silu_a():
+    """The CoLA projection against an independent fp64 formula: y_j = B_j · SiLU(A_j · RMSNorm(x))."""
+    model = Transformer(SMALL).double()
+    model.init_weights(torch.device("cpu"))
+    qkv = model.layers["0"].attention.qkv
+    x = torch.randn(2, 5, SMALL.dim, dtype=torch.float64)
+    xn = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + SMALL.norm_eps)
+    for j, y in enumerate(qkv(x)):
+        ref = F.silu(xn @ qkv.a.weight[j].T) @ qkv.b[0].weight[j].T
+        torch.testing.assert_close(y, ref)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(attn_rank=64), "attn_rank=64"),
+    (dict(mlp_rank=-1), "mlp_rank=-1"),
+    (dict(n_heads=5), "n_heads=5"),
+    (dict(n_kv_heads=3), "n_kv_heads=3"),
+])
+def test_bad_args_fail_early(change, message):
+    with pytest.raises(ValueError, match=message):
+        Transformer(SMALL.replace(**change))
+
+
+def test_unknown_flavor_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown cola_llama flavor 'huge'.*debugmodel"):
+        FLAVORS["huge"]
+
+
+def test_rope_is_a_rotation():
+    from boost_titan.models.model import apply_rope, rope_cos_sin
+
+    x = torch.randn(2, 7, 3, 16, dtype=torch.float64)
+    y = apply_rope(x, rope_cos_sin(16, 32, 10000.0).double())
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(y[:, 0], x[:, 0])  # position 0 is not rotated
+    assert math.isclose(float((y - x).abs().max()), 0.0) is False
