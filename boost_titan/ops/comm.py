@@ -30,11 +30,11 @@ def _all_reduce(x, mesh):
 
 
 def _all_gather(x, dim, mesh):
-    return funcol.wait_tensor(funcol.all_gather_tensor(x.contiguous(), dim, (mesh, 0)))
+    return funcol.wait_tensor(funcol.all_gather_single(x.contiguous(), dim, (mesh, 0)))
 
 
 def _reduce_scatter(x, dim, mesh):
-    return funcol.wait_tensor(funcol.reduce_scatter_tensor(x.contiguous(), "sum", dim, (mesh, 0)))
+    return funcol.wait_tensor(funcol.reduce_scatter_single(x.contiguous(), "sum", dim, (mesh, 0)))
 
 
 class _Reduce(torch.autograd.Function):

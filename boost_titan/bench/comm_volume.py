@@ -1,0 +1,154 @@
+"""Collectives of one decoder layer, counted from the real model (BOOST Fig. 7, the volume half).
+
+The layer runs forward and backward on the *meta* device over a fake process group of ``tp`` ranks,
+so 7B shapes at b = 4, s = 4096 cost nothing; a dispatch mode records every functional collective
+(op, shape, dtype, phase). No GPU needed.
+
+Payload convention (boost_design §3.6): the tensor an all-reduce sums; an all-gather or
+reduce-scatter counts half its full (unsharded) tensor, since an AG+RS pair moves what one
+all-reduce moves — so sequence-parallel full-rank TP and plain Megatron report the same volume.
+
+    python -m boost_titan.bench.comm_volume            # 7B, b=4, s=4096, tp 2/4/8 → docs/results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from boost_titan.models import FLAVORS, Transformer, TransformerArgs
+from boost_titan.parallel import apply_tp
+
+_C10D = torch.ops._c10d_functional
+_KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_gather_into_tensor.default: "all_gather",
+          _C10D.reduce_scatter_tensor.default: "reduce_scatter"}
+MiB = 2**20
+
+
+@dataclasses.dataclass
+class Collective:
+    phase: str  # "forward" | "backward"
+    kind: str
+    shape: tuple[int, ...]  # the full tensor: all-reduce input, all-gather output, reduce-scatter input
+    itemsize: int
+
+    @property
+    def payload_bytes(self) -> float:
+        n = self.itemsize
+        for s in self.shape:
+            n *= s
+        return n if self.kind == "all_reduce" else n / 2
+
+
+class CollectiveRecorder(TorchDispatchMode):
+    """Records functional collectives; ``phase`` is set by the caller around forward / backward."""
+
+    def __init__(self, world_size: int):
+        super().__init__()
+        self.world_size, self.phase, self.calls = world_size, "forward", []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kind = _KINDS.get(func)
+        if kind is not None:
+            shape = tuple(args[0].shape)
+            if kind == "all_gather":
+                shape = (shape[0] * self.world_size, *shape[1:])  # gathered along dim 0 by funcol
+            self.calls.append(Collective(self.phase, kind, shape, args[0].element_size()))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int):
+    """A single-process fake process group of ``world_size`` ranks (collectives are no-ops)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("fake_world needs a process without a default process group")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()
+
+
+def layer_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: int, *,
+                      rmsnorm: str = "online", dtype: torch.dtype = torch.bfloat16,
+                      lowrank_checkpoint: bool = False) -> list[Collective]:
+    """Forward + backward collectives of one decoder layer under ``strategy`` at degree ``tp``."""
+    from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint
+
+    args = args.replace(n_layers=1, max_seq_len=seq)
+    with fake_world(tp) as mesh:
+        with torch.device("meta"):
+            model = Transformer(args).to(dtype)
+        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
+        if lowrank_checkpoint:
+            apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
+        width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[strategy]
+        tokens = seq // tp if strategy == "fullrank" else seq  # fullrank: sequence-parallel stream
+        x = torch.empty(batch, tokens, width, device="meta", dtype=dtype, requires_grad=True)
+        rope = torch.empty(seq, args.head_dim, device="meta")
+        recorder = CollectiveRecorder(tp)
+        with recorder:
+            y = model.layers["0"](x, rope)
+            recorder.phase = "backward"
+            y.backward(torch.empty_like(y))
+    return recorder.calls
+
+
+def summarize(calls: list[Collective]) -> dict:
+    out = {}
+    for phase in ("forward", "backward"):
+        sel = [c for c in calls if c.phase == phase]
+        out[phase] = {"count": len(sel), "payload_MiB": sum(c.payload_bytes for c in sel) / MiB,
+                      "ops": [f"{c.kind}{list(c.shape)}" for c in sel]}
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--flavor", default="7B")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--tp", default="2,4,8")
+    p.add_argument("--out", default="docs/results/comm_volume")
+    a = p.parse_args(argv)
+    base = FLAVORS[a.flavor]
+    rows = []
+    for tp in map(int, a.tp.split(",")):
+        for strategy, flavor_args, norm in [("fullrank", FLAVORS[f"{a.flavor}_fullrank"], "online"),
+                                            ("vanilla", base, "online"), ("btp", base, "sync"),
+                                            ("btp", base, "online")]:
+            s = summarize(layer_collectives(strategy, flavor_args, tp, a.batch, a.seq, rmsnorm=norm))
+            name = strategy if strategy != "btp" else f"btp ({norm} norm)"
+            rows.append({"tp": tp, "strategy": name, "fwd_count": s["forward"]["count"],
+                         "fwd_MiB": round(s["forward"]["payload_MiB"], 2), "bwd_count": s["backward"]["count"],
+                         "bwd_MiB": round(s["backward"]["payload_MiB"], 2),
+                         "fwd_ops": s["forward"]["ops"], "bwd_ops": s["backward"]["ops"]})
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"flavor": a.flavor, "batch": a.batch, "seq": a.seq, "dtype": "bf16",
+            "command": f"python -m boost_titan.bench.comm_volume --flavor {a.flavor} --batch {a.batch} "
+                       f"--seq {a.seq} --tp {a.tp}", "torch": torch.__version__}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    header = "| tp | strategy | fwd collectives | fwd MiB | bwd collectives | bwd MiB |\n|---|---|---|---|---|---|\n"
+    lines = [f"| {r['tp']} | {r['strategy']} | {r['fwd_count']} | {r['fwd_MiB']} | {r['bwd_count']} | "
+             f"{r['bwd_MiB']} |" for r in rows]
+    md = (f"# Communication volume per decoder layer ({a.flavor}, b={a.batch}, s={a.seq}, bf16)\n\n"
+          f"Counted from the model on a fake process group: `{meta['command']}` (torch {torch.__version__}).\n"
+          "Payload = all-reduce input; all-gather/reduce-scatter count half their full tensor.\n\n"
+          + header + "\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text(md)
+    print(header + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
