@@ -98,19 +98,19 @@ class Projection(nn.Module):
     def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor]) -> list[torch.Tensor]:
         """B factors on the activations from :meth:`down`; each run of B's is one batched GEMM."""
         r = b_ws[0].shape[-1]
-        z_each = [t for z in zs for t in z.split(r, dim=-1)]  # views, one [..., r] per projection
-        out, i = [], 0
-        for w in b_ws:
-            c = w.shape[0]
-            if self.grouped and c > 1:
-                lead = z_each[i].shape[:-1]
-                z = torch.stack([t.reshape(-1, r) for t in z_each[i:i + c]])  # [c, m, r]
-                y = torch.bmm(z, w.transpose(1, 2))  # [c, m, d_out]: each output contiguous
+        if self.grouped:  # zs = [one [..., c·r] tensor]: each run of B's reads a strided view of it
+            (z,) = zs
+            lead, out, i = z.shape[:-1], [], 0
+            z = z.reshape(-1, z.shape[-1])
+            for w in b_ws:
+                c = w.shape[0]
+                zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
+                y = torch.bmm(zc, w.transpose(1, 2))  # [c, m, d_out]: each output contiguous
                 out += [y[j].view(*lead, -1) for j in range(c)]
-            else:
-                out += [F.linear(t, w[j]) for j, t in enumerate(z_each[i:i + c])]
-            i += c
-        return out
+                i += c
+            return out
+        ws = [w[j] for w in b_ws for j in range(w.shape[0])]
+        return [F.linear(t, w) for t, w in zip(zs, ws)]
 
 
 def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool) -> list[torch.Tensor]:

@@ -29,6 +29,23 @@ from .styles import (
 STRATEGIES = ("btp", "vanilla", "fullrank")
 
 
+class EmbeddingParallel(RowwiseParallel):
+    """RowwiseParallel (vocab-parallel lookup) whose output collective is synchronous.
+
+    The stock style redistributes with ``async_op=True``, so ``to_local()`` hands the first block an
+    ``AsyncCollectiveTensor``. When that block is ``torch.compile``d, torch 2.13's AOTAutograd unwraps
+    the ACT input without its ``requires_grad`` (pytorch#191113) and the gradient path back into the
+    embedding is lost (per-block compile then crashed in backward). The first block waits on this
+    collective immediately anyway, so nothing overlaps that would be lost.
+    """
+
+    @staticmethod
+    def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
+        if outputs.placements != output_layouts:
+            outputs = outputs.redistribute(placements=output_layouts, async_op=False)
+        return outputs.to_local() if use_local_output else outputs
+
+
 def check_tp(strategy: str, args: TransformerArgs, tp: int) -> None:
     """Fail early with one clear message for a plan that cannot shard this model."""
     if strategy not in STRATEGIES:
@@ -69,7 +86,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
         # embedding: vocab-parallel lookup, then reduce-scattered straight to the d-sharded stream
         # (exact: each token's row is non-zero on one rank only).
         return {
-            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
+            "tok_embeddings": EmbeddingParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
             "layers.*.attention.qkv": BottleneckParallel(rmsnorm),
             "layers.*.attention.o": BottleneckParallel(rmsnorm),
             "layers.*.feed_forward.gate_up": BottleneckParallel(rmsnorm),
@@ -80,7 +97,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
         }
     if strategy == "vanilla":
         return {
-            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+            "tok_embeddings": EmbeddingParallel(input_layouts=Replicate(), output_layouts=Replicate()),
             "layers.*.attention.qkv": VanillaLowRankParallel(),
             "layers.*.attention.o": VanillaLowRankParallel(),
             "layers.*.feed_forward.gate_up": VanillaLowRankParallel(),
@@ -90,7 +107,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
         }
     # fullrank: torchtitan's llama3 plan (sequence parallel between blocks, loss parallel)
     return {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "tok_embeddings": EmbeddingParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "layers.*.attention.qkv": ColwiseProjection(sequence_dim=1),
         "layers.*.attention.o": RowwiseProjection(sequence_dim=1),
         "layers.*.feed_forward.gate_up": ColwiseProjection(sequence_dim=1),

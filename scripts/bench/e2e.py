@@ -1,0 +1,101 @@
+"""End-to-end training throughput through torchtitan's loop (BOOST Fig. 5), one row per variant.
+
+Each variant is a real ``scripts/run_train.sh`` run; the script parses torchtitan's per-step log
+(tokens/s per device, TFLOP/s, MFU — with the model family's own low-rank FLOP count — and peak
+memory), drops the first ``--skip`` steps (warm-up, compilation) and reports medians.
+
+    python scripts/bench/e2e.py --variants cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile \
+        --steps 20 --out docs/results/e2e_1gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import env_info, print_table, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPILE = ["--compile.enable"]
+VARIANTS = {  # name: (config file, extra CLI overrides)
+    "cola_1b": ("train_configs/cola_1b_h200.toml", []),
+    "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
+    "cola_1b_vanilla": ("train_configs/cola_1b_h200.toml", ["--boost.tp_strategy", "vanilla"]),
+    "cola_1b_ungrouped_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.grouped", "false"]),
+    "cola_1b_lowrank_ckpt_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.lowrank_checkpoint"]),
+    "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
+    "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
+}
+STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)"
+                  r".*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
+
+
+def run_variant(name: str, steps: int, ngpu: int, log_dir: Path, more: list[str]) -> tuple[list[dict], str, int]:
+    config, extra = VARIANTS[name]
+    cmd = ["./scripts/run_train.sh", "--training.steps", str(steps), "--metrics.log_freq", "1", *extra, *more]
+    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    log = ANSI.sub("", proc.stdout + proc.stderr)
+    (log_dir / f"{name}.log").write_text(log)
+    rows = [dict(zip(("step", "loss", "mem_gib", "tps", "tflops", "mfu"),
+                     (int(m[0]), float(m[1]), float(m[2]), int(m[3].replace(",", "")), float(m[4]), float(m[5]))))
+            for m in STEP.findall(log)]
+    shown = f"NGPU={ngpu} CONFIG_FILE={config} " + " ".join(cmd)
+    if proc.returncode != 0 or not rows:
+        print(f"[{name}] FAILED (rc={proc.returncode}, {time.time() - t0:.0f}s); log tail:\n{log[-3000:]}", flush=True)
+    batch = BATCH.search(log)
+    return rows, shown, int(batch[1]) * int(batch[2]) if batch else 0
+
+
+def summarize(name: str, rows: list[dict], skip: int, command: str, tokens_per_step: int) -> dict:
+    timed = [r for r in rows if r["step"] > skip] or rows
+    med = lambda k: statistics.median(r[k] for r in timed) if timed else float("nan")  # noqa: E731
+    tps = med("tps")
+    return {"variant": name, "steps_timed": len(timed), "tokens_per_s": tps,
+            "step_s": tokens_per_step / tps if tps == tps and tps else float("nan"),
+            "mfu_pct": med("mfu"), "tflops": med("tflops"), "peak_mem_gib": max((r["mem_gib"] for r in rows), default=0),
+            "final_loss": rows[-1]["loss"] if rows else float("nan"), "command": command}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", default="cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--skip", type=int, default=5, help="warm-up steps excluded from the medians")
+    p.add_argument("--ngpu", type=int, default=1)
+    p.add_argument("--out", default="docs/results/e2e_1gpu")
+    p.add_argument("--extra", default="", help="more CLI overrides for every run (e.g. a smoke test on CPU)")
+    a = p.parse_args()
+    log_dir = Path(a.out + "_logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in a.variants.split(","):
+        rows, command, tokens = run_variant(name, a.steps, a.ngpu, log_dir, a.extra.split())
+        results.append(summarize(name, rows, a.skip, command, tokens))
+        print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
+    by_name = {r["variant"]: r for r in results}
+    for cola, full in [("cola_1b", "fullrank_1b"), ("cola_1b_compile", "fullrank_1b_compile")]:
+        if cola in by_name and full in by_name:
+            by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
+    cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
+    write_results(a.out, results, env_info(), "End-to-end training throughput (torchtitan loop)", columns=cols,
+                  notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
+                        "count (low-rank aware) against torchtitan's peak for the device. Attention: PyTorch "
+                        "SDPA (default backend choice) for both families.")
+    print_table(results, cols)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
+#   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [quality]     (default: all)
+# Each part writes JSON + markdown under docs/results/ and prints its table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+parts=${*:-e2e gemm kernels ac quality}
+for part in $parts; do
+  echo "=== $part ($(date -u +%T))"
+  case $part in
+    e2e) python scripts/bench/e2e.py --steps 20 --skip 6 \
+           --variants cola_1b,fullrank_1b,cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu ;;
+    e2e_more) python scripts/bench/e2e.py --steps 16 --skip 6 \
+           --variants cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile --out docs/results/e2e_1gpu_ablation ;;
+    gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
+    kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
+    ac) python scripts/bench/ac_memory.py ;;
+    quality) python scripts/bench/quality.py ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
