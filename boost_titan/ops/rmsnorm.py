@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from boost_titan.ops import comm
+from boost_titan.ops.triton_rmsnorm import scale_and_statistic
 
 
 def upcast(x: torch.Tensor) -> torch.Tensor:
@@ -78,8 +79,8 @@ def online_rms_norm_linear(x, weight, linear, eps: float, dim: int, mesh) -> lis
     ``linear(y)`` returns the local partial GEMM outputs (a list: one grouped tensor, or one per
     ungrouped factor); the statistic is packed into the first one's all-reduce.
     """
-    s_local = local_statistic(x)
-    partials = linear((upcast(x) * upcast(weight)).type_as(x))
+    y, s_local = scale_and_statistic(x, weight)  # one fused pass on GPU
+    partials = linear(y)
     first = partials[0]
     n = first.shape[-1]
     packed = comm.reduce(torch.cat([first, pack_statistic(s_local, first.dtype)], dim=-1), mesh)

@@ -33,30 +33,43 @@ VARIANTS = {  # name: (config file, extra CLI overrides)
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
 }
-STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)"
-                  r".*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB"
+                  r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
+BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
+def _seconds(hms: str) -> int:
+    h, m, s = map(int, hms.split(":"))
+    return 3600 * h + 60 * m + s
 
 
-def run_variant(name: str, steps: int, ngpu: int, log_dir: Path, more: list[str]) -> tuple[list[dict], str, int]:
-    config, extra = VARIANTS[name]
-    cmd = ["./scripts/run_train.sh", "--training.steps", str(steps), "--metrics.log_freq", "1", *extra, *more]
+def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path) -> dict:
+    """One ``scripts/run_train.sh`` run; returns its parsed per-step log.
+
+    ``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
+    ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``.
+    """
+    cmd = ["./scripts/run_train.sh", *overrides]
     env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     log = ANSI.sub("", proc.stdout + proc.stderr)
-    (log_dir / f"{name}.log").write_text(log)
-    rows = [dict(zip(("step", "loss", "mem_gib", "tps", "tflops", "mfu"),
-                     (int(m[0]), float(m[1]), float(m[2]), int(m[3].replace(",", "")), float(m[4]), float(m[5]))))
-            for m in STEP.findall(log)]
-    shown = f"NGPU={ngpu} CONFIG_FILE={config} " + " ".join(cmd)
-    if proc.returncode != 0 or not rows:
-        print(f"[{name}] FAILED (rc={proc.returncode}, {time.time() - t0:.0f}s); log tail:\n{log[-3000:]}", flush=True)
+    log_path.write_text(log)
+    steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
+                      (_seconds(m[0]), int(m[1]), float(m[2]), float(m[3]), int(m[4].replace(",", "")),
+                       float(m[5]), float(m[6])))) for m in STEP.findall(log)]
+    for r in steps:
+        r["t"] = (r["t"] - steps[0]["t"]) % 86400
     batch = BATCH.search(log)
-    return rows, shown, int(batch[1]) * int(batch[2]) if batch else 0
+    ok = proc.returncode == 0 and bool(steps)
+    if not ok:
+        print(f"[{log_path.stem}] FAILED (rc={proc.returncode}, {time.time() - t0:.0f}s); log tail:\n{log[-3000:]}",
+              flush=True)
+    return {"steps": steps, "validation": [(int(a), float(b)) for a, b in VALIDATION.findall(log)],
+            "tokens_per_step": int(batch[1]) * int(batch[2]) if batch else 0, "ok": ok,
+            "command": f"NGPU={ngpu} CONFIG_FILE={config} " + " ".join(cmd)}
 
 
 def summarize(name: str, rows: list[dict], skip: int, command: str, tokens_per_step: int) -> dict:
@@ -82,8 +95,10 @@ def main() -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for name in a.variants.split(","):
-        rows, command, tokens = run_variant(name, a.steps, a.ngpu, log_dir, a.extra.split())
-        results.append(summarize(name, rows, a.skip, command, tokens))
+        config, extra = VARIANTS[name]
+        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *a.extra.split()]
+        run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log")
+        results.append(summarize(name, run["steps"], a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
     by_name = {r["variant"]: r for r in results}
     for cola, full in [("cola_1b", "fullrank_1b"), ("cola_1b_compile", "fullrank_1b_compile")]:

@@ -1,0 +1,132 @@
+"""Activation checkpointing: peak memory and time of decoder layers, none / full / op-selective / low-rank.
+
+Two settings, bf16, local batch 4 × seq 4096, forward + backward of a stack of decoder layers:
+
+* ``1B``, one GPU, tp = 1 (no collectives: the low-rank policy saves the A GEMM outputs);
+* ``7B@tp4``: 7B layer shapes as one rank of btp tp = 4 sees them, on a *fake* 4-rank process group
+  (collectives are no-ops, compute and memory are the real per-rank ones).
+
+torchtitan's AC modes are applied with torchtitan's own ``apply_ac``; "lowrank" is
+``[boost] lowrank_checkpoint``. Memory = peak allocated during fwd+bwd minus what was allocated
+before (weights, grads, input).
+
+    python scripts/bench/ac_memory.py --out docs/results/ac_memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import cuda_time_ms, env_info, print_table, write_results  # noqa: E402
+
+from boost_titan.models import FLAVORS, Transformer  # noqa: E402
+from boost_titan.parallel import apply_tp  # noqa: E402
+from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint  # noqa: E402
+
+B, S = 4, 4096
+
+
+def ac_config(mode: str):
+    return types.SimpleNamespace(mode=mode, selective_ac_option="op", per_op_sac_force_recompute_mm_shapes_by_fqns=[],
+                                 preserve_rng_state=False, determinism_check="default", early_stop=False, debug=False)
+
+
+def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
+    from torchtitan.distributed.activation_checkpoint import apply_ac
+    from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list
+
+    args = FLAVORS[flavor].replace(n_layers=layers, max_seq_len=S)
+    with torch.device("meta"):
+        model = Transformer(args)
+    width = args.dim
+    if tp > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        apply_tp(model, init_device_mesh("cuda", (tp,)), "btp", args)
+        width = args.dim // tp
+    model.to_empty(device="cuda")
+    model.init_weights(torch.device("cuda"))
+    model.to(torch.bfloat16)
+    if ac == "lowrank":
+        apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
+    elif ac != "none":
+        mode = "selective" if ac == "selective-op" else ac
+        apply_ac(model, ac_config(mode), op_sac_save_list=_op_sac_save_list)
+    return model, width
+
+
+def measure(flavor, layers, tp, ac):
+    model, width = build(flavor, layers, tp, ac)
+    x = torch.randn(B, S, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        h = x
+        for layer in model.layers.values():
+            h = layer(h, model.rope)
+        h.float().pow(2).mean().backward()
+
+    step()  # warm-up (also allocates the gradients)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - before) / 2**30
+    ms = cuda_time_ms(step, warmup=2, repeats=5)
+    del model, x
+    torch.cuda.empty_cache()
+    return {"setting": f"{flavor}@tp{tp}", "layers": layers, "ac": ac, "act_mem_gib": peak,
+            "act_mem_gib_per_layer": peak / layers, "fwd_bwd_ms": ms, "ms_per_layer": ms / layers}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="docs/results/ac_memory")
+    p.add_argument("--layers", type=int, default=4)
+    a = p.parse_args()
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    rows = []
+    for flavor, tp in [("1B", 1), ("7B", 4), ("1B_fullrank", 1)]:
+        if tp > 1:
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+        for ac in ["none", "full", "selective-op", "lowrank"]:
+            rows.append(measure(flavor, a.layers, tp, ac))
+            print_table(rows[-1:], None)
+        if tp > 1:
+            dist.destroy_process_group()
+    write_results(a.out, rows, env_info(), "Activation checkpointing: memory and time per decoder layer",
+                  notes=__doc__.split("\n\n")[1])
+    print_table(rows, ["setting", "ac", "act_mem_gib_per_layer", "ms_per_layer"])
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for setting in dict.fromkeys(r["setting"] for r in rows):
+            sel = [r for r in rows if r["setting"] == setting]
+            ax.plot([r["act_mem_gib_per_layer"] for r in sel], [r["ms_per_layer"] for r in sel], "o-", label=setting)
+            for r in sel:
+                ax.annotate(r["ac"], (r["act_mem_gib_per_layer"], r["ms_per_layer"]), fontsize=7)
+        ax.set_xlabel("activation memory per layer (GiB)")
+        ax.set_ylabel("fwd+bwd time per layer (ms)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.out + ".png", dpi=120)
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    main()
