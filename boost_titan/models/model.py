@@ -227,6 +227,10 @@ class Transformer(ModelProtocol):
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
+    def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None):
+        """Plain causal SDPA over packed documents (as torchtitan's sdpa path): no mask object."""
+        return None
+
     @torch.no_grad()
     def init_weights(self, buffer_device: torch.device | None = None) -> None:
         """Initialise every parameter from (init_seed, parameter name) alone.

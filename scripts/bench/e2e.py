@@ -60,8 +60,9 @@ def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path) -> d
     steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
                       (_seconds(m[0]), int(m[1]), float(m[2]), float(m[3]), int(m[4].replace(",", "")),
                        float(m[5]), float(m[6])))) for m in STEP.findall(log)]
+    t0_log = steps[0]["t"] if steps else 0
     for r in steps:
-        r["t"] = (r["t"] - steps[0]["t"]) % 86400
+        r["t"] = (r["t"] - t0_log) % 86400
     batch = BATCH.search(log)
     ok = proc.returncode == 0 and bool(steps)
     if not ok:
