@@ -16,6 +16,6 @@ if [ -n "${COMM_MODE:-}" ]; then  # fake_backend: dry-run an NGPU layout in one 
     --comm.mode="$COMM_MODE" --training.steps=1
 fi
 
-PYTORCH_ALLOC_CONF="expandable_segments:True" exec torchrun --nproc_per_node="$NGPU" \
+PYTORCH_ALLOC_CONF="expandable_segments:True" exec python3 -m torch.distributed.run --nproc_per_node="$NGPU" \
   --rdzv_backend c10d --rdzv_endpoint="localhost:0" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
   -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" "$@"
