@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from torchtitan.components.loss import build_cross_entropy_loss
+import torch
+from torchtitan.components.loss import build_cross_entropy_loss, cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.protocols.train_spec import TrainSpec, get_train_spec, register_train_spec
+from torchtitan.tools.logging import logger
 
 from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.models import FLAVORS, Transformer
@@ -23,6 +25,25 @@ def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallel
     return pipeline_llm(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn)
 
 
+def build_loss(job_config, parallel_dims=None, **kwargs):
+    """torchtitan's cross-entropy (sum), compiled as torchtitan does, except that under loss-parallel TP
+    the compiled loss bypasses inductor's FX graph cache.
+
+    loss_parallel bakes the rank's vocabulary offset into the traced graph, but the cache key does not
+    include the rank: ranks sharing a cache directory load each other's graphs and compute a wrong loss
+    and gradient, silently (TP2, CPU, torch 2.13: 6.55 instead of 6.27 at step 1; same class as
+    pytorch#188332).
+    """
+    compile_cfg = job_config.compile
+    loss_parallel = (parallel_dims is not None and parallel_dims.tp_enabled
+                     and not job_config.parallelism.disable_loss_parallel)
+    if not (compile_cfg.enable and "loss" in compile_cfg.components and loss_parallel
+            and compile_cfg.backend == "inductor"):
+        return build_cross_entropy_loss(job_config, parallel_dims=parallel_dims, **kwargs)
+    logger.info("Compiling the loss function with torch.compile (loss-parallel: no FX graph cache)")
+    return torch.compile(cross_entropy_loss, backend="inductor", options={"fx_graph_cache": False})
+
+
 def train_spec() -> TrainSpec:
     return TrainSpec(
         model_cls=Transformer,
@@ -33,7 +54,7 @@ def train_spec() -> TrainSpec:
         build_lr_schedulers_fn=build_lr_schedulers,
         build_dataloader_fn=build_dataloader,
         build_tokenizer_fn=build_tokenizer,
-        build_loss_fn=build_cross_entropy_loss,
+        build_loss_fn=build_loss,
         build_validator_fn=build_validator,
     )
 

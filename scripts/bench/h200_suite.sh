@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
-#   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [quality]     (default: all)
+#   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [profile] [quality]     (default: all)
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-parts=${*:-e2e gemm kernels ac quality}
+parts=${*:-e2e gemm kernels ac profile quality}
 for part in $parts; do
   echo "=== $part ($(date -u +%T))"
   case $part in
@@ -16,7 +16,8 @@ for part in $parts; do
     gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
     kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
     ac) python scripts/bench/ac_memory.py ;;
-    quality) python scripts/bench/quality.py ;;
+    profile) python scripts/bench/profile_step.py ;;
+    quality) python scripts/bench/quality.py --steps ${QUALITY_STEPS:-600} ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -1,0 +1,100 @@
+"""Where a training step's GPU time goes: CoLA vs full rank, one GPU, compiled blocks, bf16 autocast.
+
+Same model code and shapes as the e2e runs (local batch 4 × seq 4096, V = 32000); the torch
+profiler's CUDA kernel times are bucketed into GEMM / attention / fused elementwise (inductor,
+Triton) / optimizer / other.
+
+    python scripts/bench/profile_step.py --flavors 1B,1B_fullrank --out docs/results/profile_1b
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import env_info, print_table, write_results  # noqa: E402
+
+from boost_titan.models import FLAVORS, Transformer  # noqa: E402
+
+BUCKETS = [("attention", ("fmha", "flash", "cudnn", "attention", "sdpa")),
+           ("gemm", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "matmul")),
+           ("optimizer", ("adam", "multi_tensor", "foreach")),
+           ("fused elementwise (triton)", ("triton",))]
+
+
+def bucket(name: str) -> str:
+    low = name.lower()
+    for label, keys in BUCKETS:
+        if any(k in low for k in keys):
+            return label
+    return "other"
+
+
+def profile(flavor: str, batch: int, seq: int, steps: int) -> tuple[dict, list]:
+    args = FLAVORS[flavor].replace(max_seq_len=seq)
+    with torch.device("cuda"):
+        model = Transformer(args)
+    model.init_weights()
+    for i, block in model.layers.named_children():
+        model.layers.register_module(i, torch.compile(block, fullgraph=True))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    tokens = torch.randint(0, args.vocab_size, (batch, seq + 1), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    per_bucket, kernels = defaultdict(float), []
+    for evt in prof.key_averages():
+        t = evt.device_time_total / 1e3 / steps  # ms per step
+        if t <= 0:
+            continue
+        per_bucket[bucket(evt.key)] += t
+        kernels.append({"flavor": flavor, "kernel": evt.key[:90], "bucket": bucket(evt.key), "ms_per_step": t})
+    kernels.sort(key=lambda r: -r["ms_per_step"])
+    del model, opt
+    torch.cuda.empty_cache()
+    return dict(per_bucket), kernels[:15]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--flavors", default="1B,1B_fullrank")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", default="docs/results/profile_1b")
+    a = p.parse_args()
+    rows, top = [], []
+    for flavor in a.flavors.split(","):
+        buckets, kernels = profile(flavor, a.batch, a.seq, a.steps)
+        total = sum(buckets.values())
+        rows += [{"flavor": flavor, "bucket": b, "ms_per_step": t, "share_pct": 100 * t / total}
+                 for b, t in sorted(buckets.items(), key=lambda kv: -kv[1])]
+        rows.append({"flavor": flavor, "bucket": "TOTAL (GPU busy)", "ms_per_step": total, "share_pct": 100.0})
+        top += kernels
+    write_results(a.out, rows, env_info(), "GPU time per training step by kernel kind",
+                  sections=[("Top kernels", top, ["flavor", "kernel", "bucket", "ms_per_step"])],
+                  notes=__doc__.split("\n\n")[1])
+    print_table(rows, ["flavor", "bucket", "ms_per_step", "share_pct"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""End to end: torchtitan 0.2.2's own training loop (scripts/run_train.sh → torchrun, gloo CPU ranks)
+on the cola_llama family, compared across parallel layouts by the per-step losses it logs.
+
+Every run is a subprocess. The runs that the selected tests need are launched as soon as the first
+test asks for them, BOOST_E2E_JOBS (default 2) at a time, because most of a run is interpreter
+start-up and torchtitan's fixed 2 s shutdown sleep: two concurrent runs make good use of a 2-core
+machine. Each test then waits for its runs. Dump folders are created under pytest's tmp path.
+
+All tiny-flavor runs share one recipe (fp32, synthetic tokens, seq 64, local batch 2, LR schedule
+over 30 steps) so that they follow the same loss curve whatever the layout. Two settings make
+pipeline parallelism comparable too: in 0.2.2 the PP schedule back-propagates the token *sum*
+(here 128× the gradient of the other runs, see the notes §8), which gradient clipping would then
+rescale step by step. With clipping off (max_norm 1e6; the other runs' norms are < 1 anyway) and
+AdamW's eps at 1e-16, AdamW is invariant to that constant factor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TRAIN = ROOT / "scripts" / "run_train.sh"
+CONFIG = ROOT / "train_configs" / "debug_cpu.toml"
+TIMEOUT_S = 420
+JOBS = max(1, int(os.environ.get("BOOST_E2E_JOBS", "2")))
+RTOL = 1e-5
+
+COMMON = ("--metrics.log_freq", "1", "--debug.seed", "42", "--metrics.disable_color_printing")
+TP2 = ("--parallelism.tensor_parallel_degree", "2")
+TB = ("--metrics.enable_tensorboard",)
+PP_STAGES = {"1F1B": 2, "Interleaved1F1B": 4}  # tiny (2 layers): [emb, L0], [L1, head] / emb, L0, L1, head
+
+
+def tiny(*extra: str, steps: int = 10, flavor: str = "tiny") -> tuple[str, ...]:
+    return ("--model.flavor", flavor, "--training.dataset", "synthetic", "--boost.tokenizer", "none",
+            "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64",
+            "--training.local_batch_size", "2", "--training.steps", str(steps),
+            "--lr_scheduler.total_steps", "30", "--optimizer.eps", "1e-16", "--training.max_norm", "1e6",
+            *extra)
+
+
+@dataclass(frozen=True)
+class Spec:
+    ngpu: int
+    args: tuple[str, ...]
+    log_rank: int = 0  # the rank whose log is kept (PP: the last stage's, which computes the loss)
+    cost: float = 16.0  # rough wall seconds alone on 2 cores: longest runs are started first
+    expect_failure: bool = False
+    resume_from: str | None = None  # start from this run's checkpoint/step-15 (runs after it)
+
+
+# checkpoint/resume recipe: online norm, grouping and low-rank checkpointing on, save every 15 steps
+CKPT = tiny(*TP2, "--boost.rmsnorm", "online", "--boost.grouped", "--boost.lowrank_checkpoint",
+            "--checkpoint.enable", "--checkpoint.interval", "15", "--checkpoint.no-last-save-model-only",
+            *TB, steps=30)
+
+SPECS: dict[str, Spec] = {
+    "debugmodel": Spec(2, ("--training.steps", "10", "--training.seq_len", "64",
+                           "--training.local_batch_size", "2"), cost=28),  # embedded text, FSDP 2
+    "tp1": Spec(1, tiny(*TB, steps=30)),
+    "tp2": Spec(2, tiny(*TP2)),
+    "tp2_sync": Spec(2, tiny(*TP2, "--boost.rmsnorm", "sync")),
+    "tp2_ungrouped": Spec(2, tiny(*TP2, "--boost.no-grouped")),
+    "dp2": Spec(2, tiny()),  # data_parallel_shard_degree = -1 → FSDP over both ranks
+    "dp2_tp2": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), cost=33),
+    **{f"pp_{s}": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2",
+                               "--parallelism.pipeline_parallel_schedule", s), log_rank=2, cost=27)
+       for s in PP_STAGES},
+    "compile": Spec(2, tiny(*TP2, "--compile.enable", steps=3), cost=35),
+    "ac_full": Spec(2, tiny(*TP2, "--activation_checkpoint.mode", "full")),
+    "ac_selective": Spec(2, tiny(*TP2, "--activation_checkpoint.mode", "selective",
+                                 "--activation_checkpoint.selective_ac_option", "op")),
+    "ckpt": Spec(2, CKPT, cost=22),
+    "resume": Spec(2, CKPT, cost=18, resume_from="ckpt"),
+    "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
+    "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# running and parsing
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*(\S+)\s+grad_norm:\s*(\S+)")
+
+
+@dataclass
+class Result:
+    name: str
+    returncode: int | None
+    log: str
+    dump: Path
+    seconds: float
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.splitlines()[-n:])
+
+    def metric_strings(self) -> dict[int, tuple[str, str]]:
+        """step → (loss, grad_norm) as printed by torchtitan's metrics logger."""
+        out: dict[int, tuple[str, str]] = {}
+        for line in self.log.splitlines():
+            m = _STEP.search(line) if "[titan]" in line else None
+            if m:
+                step = int(m.group(1))
+                assert step not in out, f"{self.name}: step {step} logged twice"
+                out[step] = (m.group(2), m.group(3))
+        return out
+
+    def losses(self) -> dict[int, float]:
+        return {s: float(loss) for s, (loss, _) in self.metric_strings().items()}
+
+    def tensorboard(self, tag: str) -> dict[int, float]:
+        """float32 scalars of the (single) TensorBoard run in this dump folder."""
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+        files = sorted(self.dump.glob("tb/*/events.out.tfevents.*"))
+        assert len(files) == 1, f"{self.name}: expected one TensorBoard event file, found {files}"
+        out = {}
+        for event in EventFileLoader(str(files[0])).Load():
+            for value in event.summary.value:
+                if value.tag == tag:
+                    out[event.step] = value.tensor.float_val[0] if value.HasField("tensor") else value.simple_value
+        return out
+
+
+def _launch(name: str, spec: Spec, dump: Path) -> Result:
+    env = {k: v for k, v in os.environ.items() if k not in ("COMM_MODE", "TRAIN_FILE")}
+    env.update(NGPU=str(spec.ngpu), LOG_RANK=str(spec.log_rank), CONFIG_FILE=str(CONFIG))
+    cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # own process group: killable as a whole
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        out += f"\n[test] killed after {TIMEOUT_S} s"
+    return Result(name, proc.returncode, _ANSI.sub("", out), dump, time.monotonic() - start)
+
+
+class RunPool:
+    """Runs the named specs in the background (``jobs`` at a time); ``get`` waits for one."""
+
+    def __init__(self, base: Path, names: list[str], jobs: int):
+        self.base, self.results, self.lock = base, {}, threading.Lock()
+        self.executor = ThreadPoolExecutor(max_workers=jobs)
+        self.futures = {}
+        chains, names = [], list(dict.fromkeys(names))
+        for name in names:  # a resumed run goes right after the run it resumes, in the same worker
+            if SPECS[name].resume_from is None and not any(SPECS[n].resume_from == name for n in names):
+                chains.append([name])
+            elif SPECS[name].resume_from is not None:
+                chains.append([SPECS[name].resume_from, name])
+        chains.sort(key=lambda chain: -sum(SPECS[n].cost for n in chain))
+        for chain in chains:
+            future = self.executor.submit(self._run_chain, chain)
+            for name in chain:
+                self.futures[name] = future
+
+    def _run_chain(self, chain: list[str]) -> None:
+        for name in chain:
+            spec, dump = SPECS[name], self.base / name
+            if spec.resume_from is not None:
+                source = self.results[spec.resume_from]
+                if source.returncode != 0:
+                    return
+                step15 = source.dump / "checkpoint" / "step-15"
+                if step15.is_dir():
+                    shutil.copytree(step15, dump / "checkpoint" / "step-15")
+            self.results[name] = _launch(name, spec, dump)
+
+    def get(self, name: str) -> Result:
+        if name not in self.futures:  # not pre-launched (unusual selection): run it now
+            with self.lock:
+                if name not in self.futures:
+                    source = SPECS[name].resume_from
+                    self.futures[name] = self.executor.submit(self._run_chain, [source, name] if source else [name])
+        self.futures[name].result()
+        if name not in self.results:
+            pytest.fail(f"run {name!r} was skipped: the run it resumes from failed")
+        result, spec = self.results[name], SPECS[name]
+        if not spec.expect_failure:
+            assert result.returncode == 0, f"run {name!r} failed (rc={result.returncode}):\n{result.tail()}"
+        return result
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _runs_for(item) -> list[str]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    name = item.originalname
+    if name == "test_fsdp_debugmodel_loss_decreases":
+        return ["debugmodel"]
+    if name == "test_btp_tp2_matches_tp1":
+        return ["tp1", params.get("variant", "tp2")]
+    if name == "test_fsdp_tp_matches_fsdp":
+        return ["dp2_tp2", "dp2"]
+    if name == "test_pp_tp_matches_tp1":
+        return ["tp1", f"pp_{params.get('schedule', '1F1B')}"]
+    if name == "test_compile_matches_eager":
+        return ["compile", "tp2"]
+    if name == "test_activation_checkpointing_matches_no_ac":
+        return ["tp2", params.get("variant", "ac_full")]
+    if name == "test_checkpoint_resume_and_tp_parity":
+        return ["tp1", "ckpt", "resume"]
+    if name == "test_clear_errors":
+        return ["err_fullrank", "err_flavor"]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    names = [n for item in request.session.items if item.module is request.module for n in _runs_for(item)]
+    pool = RunPool(tmp_path_factory.mktemp("e2e"), names, JOBS)
+    yield pool
+    pool.close()
+    print("\n".join(f"e2e run {r.name}: {r.seconds:.1f} s (rc={r.returncode})" for r in pool.results.values()))
+
+
+def assert_curves_close(actual: dict[int, float], expected: dict[int, float], steps, rtol: float, what: str):
+    steps = list(steps)
+    missing = [s for s in steps if s not in actual or s not in expected]
+    assert not missing, f"{what}: steps {missing} not logged"
+    bad = [(s, actual[s], expected[s]) for s in steps
+           if not abs(actual[s] - expected[s]) <= rtol * abs(expected[s])]  # NaN counts as bad
+    assert not bad, f"{what}: (step, got, expected) beyond rtol={rtol}: {bad}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# tests
+
+
+def test_fsdp_debugmodel_loss_decreases(runs):
+    """FSDP over 2 ranks, debugmodel flavor, GPT-2 tokenizer, embedded real text: it learns."""
+    run = runs.get("debugmodel")
+    assert "dp_shard=2" in run.log and "Applied FSDP2 to the model" in run.log
+    losses = run.losses()
+    assert sorted(losses) == list(range(1, 11)), losses
+    assert all(math.isfinite(v) for v in losses.values()), losses
+    assert losses[10] < losses[1] - 1.0, f"loss did not clearly decrease: {losses}"
+
+
+@pytest.mark.parametrize("variant", ["tp2", "tp2_sync", "tp2_ungrouped"])
+def test_btp_tp2_matches_tp1(runs, variant):
+    """btp at tp 2 (online norm / sync norm / ungrouped GEMMs) reproduces the single-rank curve."""
+    run = runs.get(variant)
+    assert "Applied tensor parallelism: tp_strategy=btp tp=2" in run.log
+    assert_curves_close(run.losses(), runs.get("tp1").losses(), range(1, 11), RTOL, f"{variant} vs tp1")
+
+
+def test_fsdp_tp_matches_fsdp(runs):
+    """FSDP2 × btp TP2 on 4 ranks == FSDP on 2 ranks: same dp degree, same data, same math."""
+    run = runs.get("dp2_tp2")
+    assert "dp_shard=2, cp=1, tp=2" in run.log and "Applied FSDP2 to the model" in run.log
+    assert_curves_close(run.losses(), runs.get("dp2").losses(), range(1, 11), RTOL, "fsdp2 x tp2 vs fsdp2")
+
+
+@pytest.mark.parametrize("schedule", list(PP_STAGES))
+def test_pp_tp_matches_tp1(runs, schedule):
+    """PP2 × btp TP2 on 4 ranks (dp 1) == the single-rank run, for 1F1B and Interleaved1F1B."""
+    run = runs.get(f"pp_{schedule}")
+    assert f"Using pipeline schedule {schedule} with 2 microbatches and {PP_STAGES[schedule]} stages" in run.log
+    assert_curves_close(run.losses(), runs.get("tp1").losses(), range(1, 11), RTOL, f"pp2 x tp2 {schedule} vs tp1")
+
+
+def test_compile_matches_eager(runs):
+    """Per-block torch.compile (and the compiled loss) under btp TP2 follows the eager TP2 run."""
+    run = runs.get("compile")
+    assert "Compiling each TransformerBlock with torch.compile" in run.log
+    assert "Compiling the loss function with torch.compile" in run.log
+    losses = run.losses()
+    assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) for v in losses.values()), losses
+    assert_curves_close(losses, runs.get("tp2").losses(), range(1, 4), 1e-4, "compiled tp2 vs eager tp2")
+
+
+@pytest.mark.parametrize("variant", ["ac_full", "ac_selective", "ckpt"])
+def test_activation_checkpointing_matches_no_ac(runs, variant):
+    """torchtitan's full / op-selective AC and [boost] lowrank_checkpoint change no loss (btp TP2)."""
+    run = runs.get(variant)
+    marker = {"ac_full": "Applied full activation checkpointing",
+              "ac_selective": "Applied selective activation checkpointing",
+              "ckpt": "Applied low-rank activation checkpointing"}[variant]
+    assert marker in run.log
+    assert_curves_close(run.losses(), runs.get("tp2").losses(), range(1, 11), RTOL, f"{variant} vs no AC")
+
+
+def test_checkpoint_resume_and_tp_parity(runs):
+    """btp TP2 (online norm, grouping, low-rank checkpointing) tracks TP1 over 30 steps (≤ 1e-5 rel
+    per step, float32 values from TensorBoard); a resume from the step-15 DCP checkpoint reproduces
+    steps 16-30 bit-exactly (loss and grad norm)."""
+    tp1, full, resumed = runs.get("tp1"), runs.get("ckpt"), runs.get("resume")
+    assert (full.dump / "checkpoint" / "step-15").is_dir()
+    tag = "loss_metrics/global_avg_loss"
+    assert_curves_close(full.tensorboard(tag), tp1.tensorboard(tag), range(1, 31), RTOL, "tp2 vs tp1 (30 steps)")
+
+    assert "checkpoint/step-15" in resumed.log and "Training starts at step 16" in resumed.log
+    printed_full, printed_resumed = full.metric_strings(), resumed.metric_strings()
+    assert sorted(printed_resumed) == list(range(16, 31)), sorted(printed_resumed)
+    assert printed_resumed == {s: printed_full[s] for s in range(16, 31)}
+    for tag in (tag, "grad_norm"):
+        expected = {s: v for s, v in full.tensorboard(tag).items() if s > 15}
+        assert resumed.tensorboard(tag) == expected, f"{tag}: resumed run differs from the uninterrupted one"
+
+
+def test_clear_errors(runs):
+    """Misconfigurations fail before training starts, with a message that names the problem."""
+    for name, pattern in [("err_fullrank", r"Error: .*fullrank"),
+                          ("err_flavor", r"Error: unknown cola_llama flavor 'no_such_flavor'")]:
+        run = runs.get(name)
+        assert run.returncode != 0, f"{name} did not fail:\n{run.tail()}"
+        assert "Training starts" not in run.log, f"{name} started training"
+        assert re.search(pattern, run.log), f"{name}: no error matching {pattern!r} in:\n{run.tail()}"
