@@ -12,7 +12,8 @@ for part in $parts; do
     e2e) python scripts/bench/e2e.py --steps 20 --skip 6 \
            --variants cola_1b,fullrank_1b,cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu ;;
     e2e_more) python scripts/bench/e2e.py --steps 16 --skip 6 \
-           --variants cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile --out docs/results/e2e_1gpu_ablation ;;
+           --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
+           --out docs/results/e2e_1gpu_ablation ;;
     gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
     kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
     ac) python scripts/bench/ac_memory.py ;;
