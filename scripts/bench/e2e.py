@@ -28,7 +28,7 @@ VARIANTS = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
     "cola_1b_vanilla": ("train_configs/cola_1b_h200.toml", ["--boost.tp_strategy", "vanilla"]),
-    "cola_1b_ungrouped_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.grouped", "false"]),
+    "cola_1b_ungrouped_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.no-grouped"]),
     "cola_1b_lowrank_ckpt_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.lowrank_checkpoint"]),
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
