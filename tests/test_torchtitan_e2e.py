@@ -85,6 +85,11 @@ SPECS: dict[str, Spec] = {
     "ac_selective": Spec(2, tiny(*TP2, "--activation_checkpoint.mode", "selective",
                                  "--activation_checkpoint.selective_ac_option", "op")),
     "ckpt": Spec(2, CKPT, cost=22),
+    # low-rank checkpointing composed with pipeline stages, and with FSDP2 + torch.compile
+    "pp_lowrank": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2", "--boost.lowrank_checkpoint"),
+                       log_rank=2, cost=27),
+    "dp2_tp2_lowrank_compile": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2",
+                                            "--boost.lowrank_checkpoint", "--compile.enable", steps=3), cost=70),
     "resume": Spec(2, CKPT, cost=18, resume_from="ckpt"),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
@@ -221,6 +226,9 @@ def _runs_for(item) -> list[str]:
         return ["tp2", params.get("variant", "ac_full")]
     if name == "test_checkpoint_resume_and_tp_parity":
         return ["tp1", "ckpt", "resume"]
+    if name == "test_lowrank_checkpoint_composes":
+        return {"pp": ["tp1", "pp_lowrank"], "fsdp_compile": ["dp2", "dp2_tp2_lowrank_compile"]}[
+            params.get("variant", "pp")]
     if name == "test_clear_errors":
         return ["err_fullrank", "err_flavor"]
     return []
@@ -318,6 +326,18 @@ def test_checkpoint_resume_and_tp_parity(runs):
     for tag in (tag, "grad_norm"):
         expected = {s: v for s, v in full.tensorboard(tag).items() if s > 15}
         assert resumed.tensorboard(tag) == expected, f"{tag}: resumed run differs from the uninterrupted one"
+
+
+@pytest.mark.parametrize("variant", ["pp", "fsdp_compile"])
+def test_lowrank_checkpoint_composes(runs, variant):
+    """lowrank_checkpoint under PP2 × TP2 (vs tp 1), and under FSDP2 × TP2 with per-block compile (vs dp 2)."""
+    if variant == "pp":
+        run, ref, steps, rtol = runs.get("pp_lowrank"), runs.get("tp1"), range(1, 11), RTOL
+    else:
+        run, ref, steps, rtol = runs.get("dp2_tp2_lowrank_compile"), runs.get("dp2"), range(1, 4), 1e-4
+        assert "Compiling each TransformerBlock with torch.compile" in run.log
+    assert "Applied low-rank activation checkpointing" in run.log
+    assert_curves_close(run.losses(), ref.losses(), steps, rtol, f"lowrank checkpoint ({variant})")
 
 
 def test_clear_errors(runs):
