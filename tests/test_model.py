@@ -140,3 +140,31 @@ def test_rope_is_a_rotation():
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
     torch.testing.assert_close(y[:, 0], x[:, 0])  # position 0 is not rotated
     assert math.isclose(float((y - x).abs().max()), 0.0) is False
+
+
+def _job(tokenizer, dataset="embedded", vocab_from_tokenizer=False):
+    from types import SimpleNamespace
+
+    boost = SimpleNamespace(grouped=True, tokenizer=tokenizer, vocab_from_tokenizer=vocab_from_tokenizer)
+    return SimpleNamespace(training=SimpleNamespace(seq_len=128, dataset=dataset), boost=boost)
+
+
+def test_tokenizer_must_fit_the_vocabulary():
+    args = FLAVORS["60M"].replace()  # vocab 32000 < cl100k's ~100K
+    with pytest.raises(ValueError, match="cl100k_base.*vocab_size is 32000.*vocab_from_tokenizer"):
+        args.update_from_config(_job("cl100k_base"))
+    args.update_from_config(_job("cl100k_base", vocab_from_tokenizer=True))
+    assert args.vocab_size % 128 == 0 and 100_000 < args.vocab_size < 100_500
+    gpt2 = FLAVORS["60M"].replace()
+    gpt2.update_from_config(_job("gpt2", vocab_from_tokenizer=True))
+    assert gpt2.vocab_size == 50304 and gpt2.max_seq_len == 128
+    synthetic = FLAVORS["60M"].replace()
+    synthetic.update_from_config(_job("cl100k_base", dataset="synthetic"))  # no tokenizer involved
+    assert synthetic.vocab_size == 32000
+
+
+def test_untied_by_plain_parallelize_module_fails_clearly():
+    model = Transformer(SMALL.replace(tie_embeddings=True))
+    model.output.weight = torch.nn.Parameter(model.output.weight.detach().clone())
+    with pytest.raises(ValueError, match="apply_tp"):
+        model.init_weights(torch.device("cpu"))

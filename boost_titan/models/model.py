@@ -238,6 +238,11 @@ class Transformer(ModelProtocol):
         Each rank draws the *full* tensor of a parameter from a generator seeded by its name and keeps
         its own shard, so the full weights never depend on the tp/pp/dp layout.
         """
+        if (self.model_args.tie_embeddings and self.tok_embeddings is not None and self.output is not None
+                and self.output.weight is not self.tok_embeddings.weight):
+            raise ValueError("tie_embeddings=True but the lm_head and the embedding are separate parameters "
+                             "(parallelize_module distributes them one by one): use "
+                             "boost_titan.parallel.apply_tp, which re-ties them")
         device = buffer_device or next(iter(self.buffers())).device
         self.rope = rope_cos_sin(self.model_args.head_dim, self.model_args.max_seq_len, self.model_args.rope_theta, device)
         seen = set()
