@@ -35,6 +35,13 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     ac_mode = job_config.activation_checkpoint.mode
+    if compile_model and parallel_dims.tp_enabled and (boost.lowrank_checkpoint or ac_mode != "none"):
+        # AOTAutograd (torch 2.13, CPU) fails on a compiled checkpoint region whose parameters are
+        # tp DTensors ("expected all tensors_saved_with_vc_check to be Tensors ... DeviceMesh").
+        raise NotImplementedError(
+            "torch.compile + activation checkpointing (activation_checkpoint.mode="
+            f"{ac_mode!r}, boost.lowrank_checkpoint={boost.lowrank_checkpoint}) + tensor parallelism is not "
+            "supported yet: drop one of the three")
     if boost.lowrank_checkpoint:
         if ac_mode != "none":
             raise ValueError(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode={ac_mode!r}: "

@@ -25,22 +25,28 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
 
 
-def _all_reduce(x, mesh):
-    return funcol.wait_tensor(funcol.all_reduce(x.contiguous(), "sum", (mesh, 0)))
+def _all_reduce(x, group: str):
+    return funcol.wait_tensor(funcol.all_reduce(x.contiguous(), "sum", group))
 
 
-def _all_gather(x, dim, mesh):
-    return funcol.wait_tensor(funcol.all_gather_single(x.contiguous(), dim, (mesh, 0)))
+def _all_gather(x, dim, group: str):
+    return funcol.wait_tensor(funcol.all_gather_single(x.contiguous(), dim, group))
 
 
-def _reduce_scatter(x, dim, mesh):
-    return funcol.wait_tensor(funcol.reduce_scatter_single(x.contiguous(), "sum", dim, (mesh, 0)))
+def _reduce_scatter(x, dim, group: str):
+    return funcol.wait_tensor(funcol.reduce_scatter_single(x.contiguous(), "sum", dim, group))
+
+
+def _group(mesh: DeviceMesh | str) -> str:
+    """The process group's name: a plain string is all the autograd functions keep (a DeviceMesh
+    saved on ctx breaks AOTAutograd inside selective-checkpoint regions under torch.compile)."""
+    return mesh if isinstance(mesh, str) else mesh.get_group().group_name
 
 
 class _Reduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, mesh):
-        return _all_reduce(x, mesh)
+    def forward(ctx, x, group):
+        return _all_reduce(x, group)
 
     @staticmethod
     def backward(ctx, g):
@@ -49,63 +55,63 @@ class _Reduce(torch.autograd.Function):
 
 class _Copy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, mesh):
-        ctx.mesh = mesh
+    def forward(ctx, x, group):
+        ctx.group = group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g):
-        return _all_reduce(g, ctx.mesh), None
+        return _all_reduce(g, ctx.group), None
 
 
 class _SumPartials(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, mesh):
-        ctx.mesh = mesh
-        return _all_reduce(x, mesh)
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _all_reduce(x, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _all_reduce(g, ctx.mesh), None
+        return _all_reduce(g, ctx.group), None
 
 
 class _Gather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, mesh):
-        ctx.dim, ctx.mesh = dim, mesh
-        return _all_gather(x, dim, mesh)
+    def forward(ctx, x, dim, group):
+        ctx.dim, ctx.group = dim, group
+        return _all_gather(x, dim, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _reduce_scatter(g, ctx.dim, ctx.mesh), None, None
+        return _reduce_scatter(g, ctx.dim, ctx.group), None, None
 
 
 class _ScatterSum(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, mesh):
-        ctx.dim, ctx.mesh = dim, mesh
-        return _reduce_scatter(x, dim, mesh)
+    def forward(ctx, x, dim, group):
+        ctx.dim, ctx.group = dim, group
+        return _reduce_scatter(x, dim, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _all_gather(g, ctx.dim, ctx.mesh), None, None
+        return _all_gather(g, ctx.dim, ctx.group), None, None
 
 
 def reduce(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    return _Reduce.apply(x, mesh)
+    return _Reduce.apply(x, _group(mesh))
 
 
 def copy(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    return _Copy.apply(x, mesh)
+    return _Copy.apply(x, _group(mesh))
 
 
 def sum_partials(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    return _SumPartials.apply(x, mesh)
+    return _SumPartials.apply(x, _group(mesh))
 
 
 def gather(x: torch.Tensor, dim: int, mesh: DeviceMesh) -> torch.Tensor:
-    return _Gather.apply(x, dim % x.dim(), mesh)
+    return _Gather.apply(x, dim % x.dim(), _group(mesh))
 
 
 def scatter_sum(x: torch.Tensor, dim: int, mesh: DeviceMesh) -> torch.Tensor:
-    return _ScatterSum.apply(x, dim % x.dim(), mesh)
+    return _ScatterSum.apply(x, dim % x.dim(), _group(mesh))
