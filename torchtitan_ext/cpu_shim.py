@@ -78,4 +78,5 @@ def install() -> None:
             module.device_module = cpu
     import torchtitan.tools.profiling as profiling
 
-    profiling.torch.profiler.profile = _Profile  # torchtitan builds it as torch.profiler.profile(...)
+    # torchtitan builds it as torch.profiler.profile(...): patched process-wide, CPU-only runs alone
+    profiling.torch.profiler.profile = _Profile

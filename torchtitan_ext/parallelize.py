@@ -5,8 +5,6 @@ Same order and knobs as torchtitan's llama3; the TP plan comes from ``[boost] tp
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torchtitan.config import TORCH_DTYPE_MAP
@@ -90,7 +88,7 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
         fully_shard([model.norm, model.output], **config,
                     reshard_after_forward=reshard_after_forward_policy == "always")
     fully_shard(model, **config)
-    gloo = dist.get_backend(dp_mesh.get_group()) == "gloo" if dp_mesh.ndim == 1 else not torch.cuda.is_available()
+    gloo = dp_mesh.device_type == "cpu"
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # the trainer divides by the global token count

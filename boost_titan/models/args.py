@@ -42,10 +42,6 @@ class TransformerArgs(BaseModelArgs):
     def head_dim(self) -> int:
         return self.dim // self.n_heads
 
-    @property
-    def lowrank(self) -> bool:
-        return self.attn_rank > 0 or self.mlp_rank > 0
-
     def validate(self) -> None:
         """Fail early, one message per bad value, naming the rule."""
         checks = [

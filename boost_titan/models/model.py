@@ -17,7 +17,8 @@ from torch import nn
 
 from torchtitan.protocols.model import ModelProtocol
 
-from boost_titan.ops.rmsnorm import rms_norm, upcast
+from boost_titan.ops.precision import upcast
+from boost_titan.ops.rmsnorm import rms_norm
 
 from .args import TransformerArgs
 
@@ -35,14 +36,14 @@ class RMSNorm(nn.Module):
 class BatchedLinear(nn.Module):
     """``c`` bias-free linear maps stacked in one weight ``[c, d_out, d_in]``.
 
-    ``shared_input=True``: all maps read one input (dense q|k|v, or the A factors). Otherwise map j
-    reads its own input (the B factors, each on its own rank-r activation). The math lives in
-    :class:`Projection`, which knows how the inputs are laid out.
+    A parameter holder: the dense W's and the A factors all read one input, each B factor reads its
+    own rank-r activation, and :class:`Projection` (which knows the layouts) does the math.
+    ``std`` (one value, or one per map) is its init std.
     """
 
-    def __init__(self, c: int, d_in: int, d_out: int, shared_input: bool, std: float | list[float]):
+    def __init__(self, c: int, d_in: int, d_out: int, std: float | list[float]):
         super().__init__()
-        self.shared_input, self.init_std = shared_input, std
+        self.init_std = std
         self.weight = nn.Parameter(torch.empty(c, d_out, d_in))
 
 
@@ -70,12 +71,12 @@ class Projection(nn.Module):
         if rank == 0:
             self.a = None
             self.b = nn.ModuleList(
-                [BatchedLinear(len(run), d_in, run[0], shared_input=True, std=dense_std) for run in runs])
+                [BatchedLinear(len(run), d_in, run[0], std=dense_std) for run in runs])
         else:
-            self.a = BatchedLinear(len(d_outs), d_in, rank, shared_input=True,
+            self.a = BatchedLinear(len(d_outs), d_in, rank,
                                    std=[cola_std(rank, d_in, o) for o in d_outs])
             self.b = nn.ModuleList(
-                [BatchedLinear(len(run), rank, run[0], shared_input=False, std=cola_std(rank, d_in, run[0]))
+                [BatchedLinear(len(run), rank, run[0], std=cola_std(rank, d_in, run[0]))
                  for run in runs])
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -75,26 +75,18 @@ class _SumPartials(torch.autograd.Function):
         return _all_reduce(g, ctx.group), None
 
 
-class _Gather(torch.autograd.Function):
+class _AlongDim(torch.autograd.Function):
+    """All-gather ↔ reduce-scatter along ``dim``: each is the other's backward."""
+
     @staticmethod
-    def forward(ctx, x, dim, group):
-        ctx.dim, ctx.group = dim, group
-        return _all_gather(x, dim, group)
+    def forward(ctx, x, dim, group, gather: bool):
+        ctx.dim, ctx.group, ctx.gather = dim, group, gather
+        return _all_gather(x, dim, group) if gather else _reduce_scatter(x, dim, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _reduce_scatter(g, ctx.dim, ctx.group), None, None
-
-
-class _ScatterSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim, group):
-        ctx.dim, ctx.group = dim, group
-        return _reduce_scatter(x, dim, group)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _all_gather(g, ctx.dim, ctx.group), None, None
+        dx = _reduce_scatter(g, ctx.dim, ctx.group) if ctx.gather else _all_gather(g, ctx.dim, ctx.group)
+        return dx, None, None, None
 
 
 def reduce(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
@@ -110,8 +102,8 @@ def sum_partials(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
 
 
 def gather(x: torch.Tensor, dim: int, mesh: DeviceMesh) -> torch.Tensor:
-    return _Gather.apply(x, dim % x.dim(), _group(mesh))
+    return _AlongDim.apply(x, dim % x.dim(), _group(mesh), True)
 
 
 def scatter_sum(x: torch.Tensor, dim: int, mesh: DeviceMesh) -> torch.Tensor:
-    return _ScatterSum.apply(x, dim % x.dim(), _group(mesh))
+    return _AlongDim.apply(x, dim % x.dim(), _group(mesh), False)

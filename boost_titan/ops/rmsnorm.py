@@ -19,12 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from boost_titan.ops import comm
+from boost_titan.ops.precision import upcast
 from boost_titan.ops.triton_rmsnorm import scale_and_statistic
-
-
-def upcast(x: torch.Tensor) -> torch.Tensor:
-    """Norm arithmetic runs in at least fp32 (fp64 stays fp64)."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -67,10 +63,6 @@ def pack_statistic(s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def unpack_statistic(cols: torch.Tensor) -> torch.Tensor:
     return upcast(cols).sum(-1, keepdim=True)
-
-
-def statistic_width(dtype: torch.dtype) -> int:
-    return 1 if dtype in (torch.float32, torch.float64) else 2
 
 
 def online_rms_norm_linear(x, weight, linear, eps: float, dim: int, mesh) -> list[torch.Tensor]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from boost_titan.ops.precision import upcast
+
 try:
     import triton
     import triton.language as tl
@@ -17,9 +19,8 @@ except ImportError:  # CPU-only installs
 
 
 def scale_and_statistic_reference(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    wf = weight.float() if weight.dtype in (torch.float16, torch.bfloat16) else weight
-    return (xf * wf).to(x.dtype), xf.pow(2).sum(-1, keepdim=True)
+    xf = upcast(x)
+    return (xf * upcast(weight)).to(x.dtype), xf.pow(2).sum(-1, keepdim=True)
 
 
 if triton is not None:

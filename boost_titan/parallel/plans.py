@@ -76,10 +76,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
     ``loss_parallel``: leave the logits vocab-sharded (DTensor) for torchtitan's loss-parallel CE;
     otherwise they are gathered to a replicated local tensor.
     """
-    if tp is not None:
-        check_tp(strategy, args, tp)
-    else:
-        check_tp(strategy, args, 1)
+    check_tp(strategy, args, tp or 1)
     head = ColwiseParallel(output_layouts=Shard(-1) if loss_parallel else Replicate(),
                            use_local_output=not loss_parallel)
     if strategy == "btp":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
 from pathlib import Path
 
 import torch
@@ -35,12 +34,8 @@ from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint  # noqa: E4
 B, S = 4, 4096
 
 
-def ac_config(mode: str):
-    return types.SimpleNamespace(mode=mode, selective_ac_option="op", per_op_sac_force_recompute_mm_shapes_by_fqns=[],
-                                 preserve_rng_state=False, determinism_check="default", early_stop=False, debug=False)
-
-
 def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
+    from torchtitan.config.job_config import ActivationCheckpoint
     from torchtitan.distributed.activation_checkpoint import apply_ac
     from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list
 
@@ -60,7 +55,8 @@ def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
         apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
     elif ac != "none":
         mode = "selective" if ac == "selective-op" else ac
-        apply_ac(model, ac_config(mode), op_sac_save_list=_op_sac_save_list)
+        config = ActivationCheckpoint(mode=mode, selective_ac_option="op", preserve_rng_state=False)
+        apply_ac(model, config, op_sac_save_list=_op_sac_save_list)
     return model, width
 
 
