@@ -107,7 +107,9 @@ class Projection(nn.Module):
                 c = w.shape[0]
                 zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
                 y = torch.bmm(zc, w.transpose(1, 2))  # [c, m, d_out]: each output contiguous
-                out += [y[j].view(*lead, -1) for j in range(c)]
+                # unbind, not y[j]: its backward is one stack (each gradient written once), where
+                # c selects backward into c zero-filled buffers that compiled code sums elementwise
+                out += [t.view(*lead, -1) for t in y.unbind(0)]
                 i += c
             return out
         ws = [w[j] for w in b_ws for j in range(w.shape[0])]

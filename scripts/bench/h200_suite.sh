@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
-#   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [profile] [quality]     (default: all)
+#   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [attention] [profile] [quality]   (default: all)
+# Extra parts, not in the default: e2e_more (ablation), gemm_quick (7B tp 4, b 1/4), profile_autotune.
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-parts=${*:-e2e gemm kernels ac profile quality}
+parts=${*:-e2e gemm kernels ac attention profile quality}
 for part in $parts; do
   echo "=== $part ($(date -u +%T))"
   case $part in
@@ -15,9 +16,13 @@ for part in $parts; do
            --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
            --out docs/results/e2e_1gpu_ablation ;;
     gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
+    gemm_quick) python scripts/bench/gemm_efficiency.py --quick --out docs/results/gemm_efficiency_7b_tp4 ;;
+    attention) python scripts/bench/attention.py ;;
     kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
     ac) python scripts/bench/ac_memory.py ;;
-    profile) python scripts/bench/profile_step.py ;;
+    profile) python scripts/bench/profile_step.py --variants 1B,1B:ungrouped,1B_fullrank --top 40 ;;
+    profile_autotune) python scripts/bench/profile_step.py --variants 1B:autotune,1B_fullrank:autotune \
+           --out docs/results/profile_1b_autotune ;;
     quality) python scripts/bench/quality.py --steps ${QUALITY_STEPS:-600} ;;
     *) echo "unknown part $part" ;;
   esac
