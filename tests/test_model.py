@@ -161,8 +161,26 @@ def test_tokenizer_must_fit_the_vocabulary():
     assert synthetic.vocab_size == 32000
 
 
-def test_untied_by_plain_parallelize_module_fails_clearly():
+def test_to_empty_unties_and_init_weights_reties():
+    """torchtitan's flow: build on meta, ``to_empty`` (which replaces each module's parameters one
+    by one, so the lm_head stops sharing the embedding's), then ``init_weights``."""
+    with torch.device("meta"):
+        model = Transformer(SMALL.replace(tie_embeddings=True))
+    model.to_empty(device="cpu")
+    assert model.output.weight is not model.tok_embeddings.weight  # the hazard is real
+    model.init_weights(torch.device("cpu"))
+    assert model.output.weight is model.tok_embeddings.weight
+    assert len(list(model.parameters())) == len({id(p) for p in model.parameters()})
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 16))
+    model(tokens).sum().backward()
+    reference = Transformer(SMALL.replace(tie_embeddings=True))
+    reference.init_weights(torch.device("cpu"))
+    reference(tokens).sum().backward()
+    torch.testing.assert_close(model.tok_embeddings.weight.grad, reference.tok_embeddings.weight.grad)
+
+
+def test_tied_weights_with_different_layouts_fail_clearly():
     model = Transformer(SMALL.replace(tie_embeddings=True))
-    model.output.weight = torch.nn.Parameter(model.output.weight.detach().clone())
-    with pytest.raises(ValueError, match="apply_tp"):
+    model.output.weight = torch.nn.Parameter(model.output.weight.detach()[:, :-1].clone())
+    with pytest.raises(ValueError, match="tie_embeddings=True.*differ in shape or distribution"):
         model.init_weights(torch.device("cpu"))

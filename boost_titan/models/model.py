@@ -230,6 +230,27 @@ class Transformer(ModelProtocol):
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
+    def tie_weights(self) -> None:
+        """Point the lm_head at the embedding's parameter again when ``tie_embeddings`` is set.
+
+        Two things replace parameters module by module and so silently untie a shared weight:
+        ``nn.Module.to_empty`` (torchtitan materialises its meta-device model with it) and
+        ``parallelize_module``. Both ends are ``[vocab, dim]`` with the same layout, so re-tying is
+        exact; call it before an optimizer sees the parameters (``init_weights`` does).
+        """
+        if not (self.model_args.tie_embeddings and self.tok_embeddings is not None and self.output is not None):
+            return
+        emb, head = self.tok_embeddings.weight, self.output.weight
+        if head is emb:
+            return
+        layout = lambda t: (type(t), t.shape, getattr(t, "placements", None), getattr(t, "device_mesh", None))  # noqa: E731
+        if layout(emb) != layout(head):
+            raise ValueError(f"tie_embeddings=True but the embedding and the lm_head differ in shape or distribution "
+                             f"({tuple(emb.shape)} {layout(emb)[2]} vs {tuple(head.shape)} {layout(head)[2]}), so "
+                             "they cannot share one parameter: "
+                             "shard both on the vocabulary (boost_titan.parallel.apply_tp does)")
+        self.output.weight = emb
+
     def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None):
         """Plain causal SDPA over packed documents (as torchtitan's sdpa path): no mask object."""
         return None
@@ -241,11 +262,7 @@ class Transformer(ModelProtocol):
         Each rank draws the *full* tensor of a parameter from a generator seeded by its name and keeps
         its own shard, so the full weights never depend on the tp/pp/dp layout.
         """
-        if (self.model_args.tie_embeddings and self.tok_embeddings is not None and self.output is not None
-                and self.output.weight is not self.tok_embeddings.weight):
-            raise ValueError("tie_embeddings=True but the lm_head and the embedding are separate parameters "
-                             "(parallelize_module distributes them one by one): use "
-                             "boost_titan.parallel.apply_tp, which re-ties them")
+        self.tie_weights()
         device = buffer_device or next(iter(self.buffers())).device
         self.rope = rope_cos_sin(self.model_args.head_dim, self.model_args.max_seq_len, self.model_args.rope_theta, device)
         seen = set()

@@ -19,11 +19,8 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, strategy: str, args: Transfo
     simply points at the embedding's DTensor again.
     """
     plan = tp_plan(strategy, args, tp_mesh.size(), rmsnorm=rmsnorm, loss_parallel=loss_parallel)
-    tied = (args.tie_embeddings and getattr(model, "tok_embeddings", None) is not None
-            and getattr(model, "output", None) is not None)
     parallelize_module(model, tp_mesh, {k: v for k, v in plan.items() if _exists(model, k)})
-    if tied:
-        model.output.weight = model.tok_embeddings.weight
+    model.tie_weights()
     return model
 
 
