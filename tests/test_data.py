@@ -1,6 +1,10 @@
 """Offline tokenizers and datasets (CPU, no network)."""
 
+import contextlib
+import gzip
+import json
 import socket
+from types import SimpleNamespace
 
 import pytest
 import tiktoken
@@ -14,6 +18,7 @@ from boost_titan.data import (
     build_dataloader,
     build_tokenizer,
     build_validation_dataloader,
+    build_validator,
 )
 from boost_titan.data.datasets import EMBEDDED_JSONL
 from boost_titan.data.tokenizer import GPT2_TIKTOKEN
@@ -139,6 +144,61 @@ def test_missing_corpus_says_how_to_build_it(tmp_path):
     cfg = job_config("--training.dataset", "corpus", "--training.dataset_path", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="build_corpus.py"):
         build_dataloader(1, 0, tokenizer_for("gpt2"), cfg)
+
+
+def write_corpus(directory, suffix: str, docs: dict[str, list[str]]) -> None:
+    for split, texts in docs.items():
+        lines = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        path = directory / f"{split}{suffix}"
+        path.write_bytes(gzip.compress(lines) if suffix.endswith(".gz") else lines)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl"])
+def test_corpus_reads_gzip_and_plain_jsonl(tmp_path, suffix):
+    train = [f"Training document number {i} talks about rivers and hills." for i in range(30)]
+    val = [f"Held-out document {i} is about the sea." for i in range(10)]
+    write_corpus(tmp_path, suffix, {"train": train, "validation": val})
+    tok = tokenizer_for("gpt2")
+    cfg = job_config("--training.dataset", "corpus", "--training.dataset_path", str(tmp_path),
+                     "--training.local_batch_size", "1", "--training.seq_len", "8",
+                     "--validation.dataset", "corpus", "--validation.dataset_path", str(tmp_path),
+                     "--validation.local_batch_size", "1", "--validation.seq_len", "8")
+    inputs, _ = next(iter(build_dataloader(1, 0, tok, cfg)))
+    assert tok.decode(inputs["input"][0, 1:]) in train[0]
+    inputs, _ = next(iter(build_validation_dataloader(1, 0, tok, cfg)))
+    assert tok.decode(inputs["input"][0, 1:]) in val[0]
+
+
+class _MeanLabel(torch.nn.Module):
+    """A stand-in model whose "loss" is the sum of the label ids, so each batch has its own value."""
+
+    def get_attention_masks(self, **_):
+        raise TypeError  # what torchtitan's validator expects from a model without masks
+
+    def forward(self, inputs):
+        return inputs
+
+
+@pytest.mark.parametrize("steps", [-1, 2])
+def test_every_validation_reads_the_split_from_its_start(steps):
+    """torchtitan's validator alone continues where the last call stopped (steps=N) or finds the
+    split exhausted (steps=-1); ours reads the same batches every time."""
+    cfg = job_config("--validation.enable", "--validation.dataset", "embedded", "--validation.steps", str(steps),
+                     "--validation.local_batch_size", "2", "--validation.seq_len", "64")
+    logged = []
+    metrics = SimpleNamespace(ntokens_since_last_log=0,
+                              log_validation=lambda loss, step: logged.append((step, float(loss))))
+    validator = build_validator(
+        job_config=cfg, dp_world_size=1, dp_rank=0, tokenizer=tokenizer_for("gpt2"),
+        parallel_dims=SimpleNamespace(dp_enabled=False, cp_enabled=False, pp_enabled=False, dp_cp_enabled=False),
+        loss_fn=lambda pred, labels: labels.float().sum(), validation_context=contextlib.nullcontext,
+        maybe_enable_amp=contextlib.nullcontext(), metrics_processor=metrics,
+    )
+    assert validator.validation_dataloader.dataset.dataset_name == "embedded_validation"
+    for step in (10, 20, 30):
+        validator.validate([_MeanLabel()], step)
+    assert [s for s, _ in logged] == [10, 20, 30]
+    assert logged[0][1] == logged[1][1] == logged[2][1] > 0
 
 
 def test_text_dataset_without_tokenizer_is_rejected():

