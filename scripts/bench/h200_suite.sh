@@ -23,7 +23,8 @@ for part in $parts; do
     profile) python scripts/bench/profile_step.py --variants 1B,1B:ungrouped,1B_fullrank --top 40 ;;
     profile_autotune) python scripts/bench/profile_step.py --variants 1B:autotune,1B_fullrank:autotune \
            --out docs/results/profile_1b_autotune ;;
-    quality) python scripts/bench/quality.py --steps ${QUALITY_STEPS:-600} ;;
+    quality) python scripts/bench/quality.py --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \
+           --sweep-steps 250 --parallel 3 --steps ${QUALITY_STEPS:-1200} --out docs/results/quality_60m ;;
     *) echo "unknown part $part" ;;
   esac
 done
