@@ -13,7 +13,7 @@ from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_
 from torchtitan.tools.logging import logger
 
 from boost_titan.parallel import apply_tp, check_tp
-from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint
+from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
 
 
 def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
@@ -33,13 +33,6 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     ac_mode = job_config.activation_checkpoint.mode
-    if compile_model and parallel_dims.tp_enabled and (boost.lowrank_checkpoint or ac_mode != "none"):
-        # AOTAutograd (torch 2.13, CPU) fails on a compiled checkpoint region whose parameters are
-        # tp DTensors ("expected all tensors_saved_with_vc_check to be Tensors ... DeviceMesh").
-        raise NotImplementedError(
-            "torch.compile + activation checkpointing (activation_checkpoint.mode="
-            f"{ac_mode!r}, boost.lowrank_checkpoint={boost.lowrank_checkpoint}) + tensor parallelism is not "
-            "supported yet: drop one of the three")
     if boost.lowrank_checkpoint:
         if ac_mode != "none":
             raise ValueError(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode={ac_mode!r}: "
@@ -50,7 +43,14 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         apply_ac(model, job_config.activation_checkpoint, model_compile_enabled=compile_model,
                  op_sac_save_list=_op_sac_save_list, base_folder=job_config.job.dump_folder)
 
-    if compile_model:
+    if compile_model and parallel_dims.tp_enabled and (boost.lowrank_checkpoint or ac_mode != "none"):
+        # torch.compile(block) of a checkpointed block with tp DTensor parameters fails in AOTAutograd
+        # on torch 2.13 (CPU: the RNG state of the recomputed SDPA is saved after the DTensors'
+        # DeviceMesh and the runtime then takes the mesh for a tensor); the compiled region is given
+        # the local shards instead (same math, see LocalShardCompiled).
+        compile_on_local_shards(model, backend=job_config.compile.backend)
+        logger.info("Compiling each TransformerBlock with torch.compile (on the local shards of its tp parameters)")
+    elif compile_model:
         apply_compile(model, job_config.compile)
 
     if parallel_dims.fsdp_enabled:

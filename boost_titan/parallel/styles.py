@@ -43,6 +43,7 @@ class _ShardedProjection(Projection):
     """Base of the class-swapped projections: local weights + the tp mesh."""
 
     tp_mesh: DeviceMesh
+    d_in: int  # full input width; the weights may be plain local shards here (LocalShardCompiled)
 
     def local_weights(self):
         a = _local(self.a.weight) if self.a is not None else None
@@ -70,7 +71,7 @@ class BTPProjection(_ShardedProjection):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         a_w, b_ws = self.local_weights()
-        mesh, d_in = self.tp_mesh, self.a.weight.shape[-1]  # DTensor shape = full width
+        mesh, d_in = self.tp_mesh, self.d_in
         if self.norm is None:
             h = [comm.reduce(p, mesh) for p in self.down(x, a_w)]
         elif self.rmsnorm == "online":
@@ -136,6 +137,7 @@ class _ProjectionStyle(ParallelStyle):
         if not isinstance(module, Projection):
             raise TypeError(f"{type(self).__name__} applies to Projection modules, got {type(module).__name__}")
         self.check(module)
+        d_in = (module.a if module.a is not None else module.b[0]).weight.shape[-1]
         placements = {"a": self.a_placement, "norm": self.norm_placement}
         for sub_name, sub in module.named_children():
             placement = placements.get(sub_name, self.b_placement)
@@ -144,7 +146,7 @@ class _ProjectionStyle(ParallelStyle):
                     dt = distribute_tensor(p.data, device_mesh, [placement], src_data_rank=None)
                     mod.register_parameter(p_name, nn.Parameter(dt, requires_grad=p.requires_grad))
         module.__class__ = self.impl
-        module.tp_mesh = device_mesh
+        module.tp_mesh, module.d_in = device_mesh, d_in
         for k, v in self.attrs.items():
             setattr(module, k, v)
         return module
