@@ -201,6 +201,13 @@ def test_every_validation_reads_the_split_from_its_start(steps):
     assert logged[0][1] == logged[1][1] == logged[2][1] > 0
 
 
+def test_whole_split_validation_with_several_dp_ranks_fails_early():
+    cfg = job_config("--validation.enable", "--validation.dataset", "embedded", "--validation.steps", "-1")
+    with pytest.raises(ValueError, match=r"validation.steps = -1 .* one data-parallel rank, got dp = 2"):
+        build_validator(job_config=cfg, dp_world_size=2, dp_rank=0, tokenizer=tokenizer_for("gpt2"),
+                        parallel_dims=None, loss_fn=None, validation_context=None, maybe_enable_amp=None)
+
+
 def test_text_dataset_without_tokenizer_is_rejected():
     with pytest.raises(ValueError, match="synthetic"):
         build_dataloader(1, 0, None, job_config("--training.dataset", "embedded"))

@@ -208,6 +208,12 @@ def build_validator(job_config, *args, **kwargs) -> BaseValidator:
     be resolved before the call.
     """
     bound = inspect.signature(build_torchtitan_validator).bind(with_validation_split(job_config), *args, **kwargs)
+    if job_config.validation.steps == -1 and bound.arguments["dp_world_size"] > 1:
+        # each rank would read its own shard to the end: shards differ in batch count, and the rank with
+        # more batches then waits forever in the forward's collectives (FSDP all-gathers, TP all-reduces)
+        raise ValueError(f"validation.steps = -1 (the whole held-out split) needs one data-parallel rank, got "
+                         f"dp = {bound.arguments['dp_world_size']}: set validation.steps to a number of batches "
+                         "that every rank's shard holds")
     return RewindingValidator(**bound.arguments)
 
 
