@@ -1,4 +1,4 @@
-"""Run a function on N gloo ranks (CPU) from a pytest test."""
+"""Shared test helpers: the tiny model shape, and running a function on N gloo ranks (CPU)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ import traceback
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from boost_titan.models import TransformerArgs
+
+# divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠ mlp_rank so a mix-up shows
+TINY = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
 
 
 def _free_port() -> int:

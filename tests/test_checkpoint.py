@@ -5,6 +5,7 @@ import contextlib
 
 import pytest
 import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper
 import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -13,13 +14,13 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from boost_titan.models import Transformer, TransformerArgs
+from boost_titan.models import Transformer
 from boost_titan.parallel import apply_tp
 from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
 
-from dist import run_distributed
+from dist import TINY, run_distributed
 
-ARGS = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+ARGS = TINY
 
 
 def _grads(tp_mesh, lowrank: bool, args=ARGS, backend=None):
@@ -35,6 +36,7 @@ def _grads(tp_mesh, lowrank: bool, args=ARGS, backend=None):
     model.init_weights(torch.device("cpu"))
     if lowrank:
         apply_lowrank_checkpoint(model, args, tensor_parallel=tp_mesh is not None)
+        assert all(isinstance(block, ActivationWrapper) for block in model.layers.values())
     if backend is not None:
         compile_on_local_shards(model, backend)
     logits = model(tokens)

@@ -6,10 +6,12 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 from boost_titan.bench import comm_volume
 from boost_titan.bench.comm_volume import MiB, layer_collectives, summarize
-from boost_titan.models import FLAVORS, TransformerArgs
+from boost_titan.models import FLAVORS
+
+from dist import TINY
 
 B, S = 2, 16
-ARGS = TransformerArgs(dim=64, n_layers=1, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+ARGS = TINY.replace(n_layers=1)
 RA, RM, D, F = ARGS.attn_rank, ARGS.mlp_rank, ARGS.dim, ARGS.ffn_dim
 
 
@@ -94,10 +96,15 @@ def test_7b_per_layer_volume_reproduces_boost_table(capsys, tmp_path):
     for strategy, flavor in [("fullrank", "7B_fullrank"), ("vanilla", "7B"), ("btp", "7B")]:
         s = summarize(layer_collectives(strategy, FLAVORS[flavor], 4, 4, 4096))
         vol[strategy] = (s["forward"]["payload_MiB"], s["backward"]["payload_MiB"])
-    assert vol["fullrank"][0] == 256
-    assert vol["vanilla"] == (1328, 728)
-    stat_cols = 2 * 2 * 4 * 4096 * 2 / MiB  # online norm: 2 bf16 columns at the 2 normed sites
-    assert vol["btp"][0] == pytest.approx(224 + stat_cols, abs=1e-9) and vol["btp"][1] == 224
+    # by hand: one bf16 column of [b=4, s=4096] is 32 KiB = 1/32 MiB; d 4096, f 11008, r 1024
+    col, d, f, r = 4 * 4096 * 2 / MiB, 4096, 11008, 1024
+    # 2 all-gathers + 2 reduce-scatters of [b, s, d], each counted as half an all-reduce (BOOST's convention)
+    assert vol["fullrank"][0] == 4 * d * col / 2 == 256
+    # vanilla all-reduces every projection's output: fwd q,k,v,o,down (5d) + gate,up (2f); bwd the inputs
+    # of the 4 projection groups: qkv and gate/up (d each), o (d), down (f)
+    assert vol["vanilla"] == ((5 * d + 2 * f) * col, (3 * d + f) * col) == (1328, 728)
+    stat_cols = 2 * 2 * col  # online norm: 2 bf16 columns at the 2 normed sites
+    assert vol["btp"][0] == pytest.approx(7 * r * col + stat_cols, abs=1e-9) and vol["btp"][1] == 7 * r * col == 224
     comm_volume.main(["--tp", "4", "--out", str(tmp_path / "comm_volume")])
     table = capsys.readouterr().out
     print(table)  # the per-layer byte table, shown with pytest -s

@@ -3,10 +3,11 @@
 import pytest
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost_titan.models import TransformerArgs
 from boost_titan.parallel import BottleneckParallel, tp_plan
 
-ARGS = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+from dist import TINY
+
+ARGS = TINY
 DENSE = ARGS.replace(attn_rank=0, mlp_rank=0)
 
 

@@ -268,6 +268,8 @@ def test_fsdp_debugmodel_loss_decreases(runs):
     losses = run.losses()
     assert sorted(losses) == list(range(1, 11)), losses
     assert all(math.isfinite(v) for v in losses.values()), losses
+    # the loss starts near ln(vocab) = ln(50304) ≈ 10.8 (near-uniform predictions); require a drop of
+    # more than 1 nat within the 10 steps
     assert losses[10] < losses[1] - 1.0, f"loss did not clearly decrease: {losses}"
 
 

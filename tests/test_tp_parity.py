@@ -14,18 +14,19 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from boost_titan.models import Transformer, TransformerArgs
+from boost_titan.models import Transformer
 from boost_titan.parallel import apply_tp
 
-from dist import run_distributed
+from dist import TINY, run_distributed
 
-BASE = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+BASE = TINY
 
 CASES = {  # name: (strategy, rmsnorm, args)
     "btp-online": ("btp", "online", BASE),
     "btp-sync": ("btp", "sync", BASE),
     "btp-online-ungrouped": ("btp", "online", BASE.replace(grouped=False)),
     "btp-gqa-tied": ("btp", "online", BASE.replace(n_kv_heads=4, tie_embeddings=True, attn_rank=24, mlp_rank=8)),
+    "btp-odd-ranks": ("btp", "online", BASE.replace(attn_rank=9, mlp_rank=13)),  # btp never shards r
     "vanilla": ("vanilla", "online", BASE),
     "vanilla-gqa": ("vanilla", "online", BASE.replace(n_kv_heads=4)),
     "fullrank": ("fullrank", "online", BASE.replace(attn_rank=0, mlp_rank=0, swiglu=True)),
@@ -79,9 +80,11 @@ def _worker(rank, world_size, case_names):
     for name in case_names:
         strategy, rmsnorm, args = CASES[name]
         ref, model = _build(strategy, rmsnorm, args, mesh, torch.float32)
-        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        ref_params = dict(ref.named_parameters())
+        assert [n for n, _ in model.named_parameters()] == list(ref_params), name
+        for n, p in model.named_parameters():
             assert isinstance(p, DTensor), f"{name}: {n} is not a DTensor"
-            assert torch.equal(_full(p.detach()), q), f"{name}: init of {n} depends on the layout"
+            assert torch.equal(_full(p.detach()), ref_params[n]), f"{name}: init of {n} depends on the layout"
         want = _one_step(ref, tokens, labels, sharded=False)
         got = _one_step(model, tokens, labels, sharded=True)
         _assert_close(got[0], want[0], f"{name} logits")
