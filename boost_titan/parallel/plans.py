@@ -77,8 +77,11 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
     otherwise they are gathered to a replicated local tensor.
     """
     check_tp(strategy, args, tp or 1)
-    head = ColwiseParallel(output_layouts=Shard(-1) if loss_parallel else Replicate(),
-                           use_local_output=not loss_parallel)
+
+    def head(input_layouts=Replicate()):  # vocab-parallel lm_head
+        return ColwiseParallel(input_layouts=input_layouts, output_layouts=Shard(-1) if loss_parallel else Replicate(),
+                               use_local_output=not loss_parallel)
+
     if strategy == "btp":
         # embedding: vocab-parallel lookup, then reduce-scattered straight to the d-sharded stream
         # (exact: each token's row is non-zero on one rank only).
@@ -90,7 +93,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
             "layers.*.feed_forward.down": BottleneckParallel(rmsnorm),
             # the last block's d-shards are gathered once, before the (replicated) final norm
             "norm": NoParallel(input_layout=Shard(-1), output_layout=Replicate(), use_local_output=False),
-            "output": head,
+            "output": head(),
         }
     if strategy == "vanilla":
         return {
@@ -100,7 +103,7 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
             "layers.*.feed_forward.gate_up": VanillaLowRankParallel(),
             "layers.*.feed_forward.down": VanillaLowRankParallel(),
             "norm": NoParallel(use_local_output=False),
-            "output": head,
+            "output": head(),
         }
     # fullrank: torchtitan's llama3 plan (sequence parallel between blocks, loss parallel)
     return {
@@ -110,6 +113,5 @@ def tp_plan(strategy: str, args: TransformerArgs, tp: int | None = None, rmsnorm
         "layers.*.feed_forward.gate_up": ColwiseProjection(sequence_dim=1),
         "layers.*.feed_forward.down": RowwiseProjection(sequence_dim=1),
         "norm": SequenceParallel(),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1) if loss_parallel else Replicate(),
-                                  use_local_output=not loss_parallel),
+        "output": head(input_layouts=Shard(1)),
     }
