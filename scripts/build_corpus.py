@@ -81,7 +81,6 @@ VALIDATION_ONE_IN = 50  # ~2% of documents
 EMBEDDED_MAX_BYTES = 1_900_000  # keeps the committed file under 2 MB with JSON overhead
 EMBEDDED_CHUNK_CHARS = 4000  # many documents, so every DP rank gets a share of the held-out 5%
 TWEETS_PER_DOC = 50
-PYDOC_DOC_CHARS = 16_000
 DOC_CHARS = 16_000  # longer documents are cut into pieces of about this size (~4k tokens) before the split
 WIKI_MIN_WORDS = 50  # gensim's ARTICLE_MIN_WORDS: shorter pages are stubs
 
@@ -317,7 +316,7 @@ def python_manual(deb: Path) -> Iterator[str]:
             continue
         doc.append(body)
         size += len(body)
-        if size >= PYDOC_DOC_CHARS:
+        if size >= DOC_CHARS:  # info nodes joined into documents of about the pieces' size
             yield "\n\n".join(doc)
             doc, size = [], 0
     if doc:

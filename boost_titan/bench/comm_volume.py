@@ -66,15 +66,16 @@ class CollectiveRecorder(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int):
-    """A single-process fake process group of ``world_size`` ranks (collectives are no-ops)."""
+def fake_world(world_size: int, device_type: str = "cpu"):
+    """A single-process fake process group of ``world_size`` ranks (collectives are no-ops); yields its
+    1-D device mesh."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         raise RuntimeError("fake_world needs a process without a default process group")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        yield init_device_mesh("cpu", (world_size,))
+        yield init_device_mesh(device_type, (world_size,))
     finally:
         dist.destroy_process_group()
 

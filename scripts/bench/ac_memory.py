@@ -16,17 +16,18 @@ before (weights, grads, input).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, env_info, print_table, write_results  # noqa: E402
+from common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results  # noqa: E402
 
+from boost_titan.bench.comm_volume import fake_world  # noqa: E402
 from boost_titan.models import FLAVORS, Transformer  # noqa: E402
 from boost_titan.parallel import apply_tp  # noqa: E402
 from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint  # noqa: E402
@@ -34,7 +35,7 @@ from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint  # noqa: E4
 B, S = 4, 4096
 
 
-def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
+def build(flavor: str, layers: int, mesh, ac: str) -> tuple[nn.Module, int]:
     from torchtitan.config.job_config import ActivationCheckpoint
     from torchtitan.distributed.activation_checkpoint import apply_ac
     from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list
@@ -43,16 +44,14 @@ def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
     with torch.device("meta"):
         model = Transformer(args)
     width = args.dim
-    if tp > 1:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        apply_tp(model, init_device_mesh("cuda", (tp,)), "btp", args)
-        width = args.dim // tp
+    if mesh is not None:
+        apply_tp(model, mesh, "btp", args)
+        width = args.dim // mesh.size()
     model.to_empty(device="cuda")
     model.init_weights(torch.device("cuda"))
     model.to(torch.bfloat16)
     if ac == "lowrank":
-        apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
+        apply_lowrank_checkpoint(model, args, tensor_parallel=mesh is not None)
     elif ac != "none":
         mode = "selective" if ac == "selective-op" else ac
         config = ActivationCheckpoint(mode=mode, selective_ac_option="op", preserve_rng_state=False)
@@ -60,8 +59,9 @@ def build(flavor: str, layers: int, tp: int, ac: str) -> tuple[nn.Module, int]:
     return model, width
 
 
-def measure(flavor, layers, tp, ac):
-    model, width = build(flavor, layers, tp, ac)
+def measure(flavor, layers, mesh, ac):
+    model, width = build(flavor, layers, mesh, ac)
+    tp = mesh.size() if mesh is not None else 1
     x = torch.randn(B, S, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 
     def step():
@@ -89,40 +89,29 @@ def main():
     p.add_argument("--out", default="docs/results/ac_memory")
     p.add_argument("--layers", type=int, default=4)
     a = p.parse_args()
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     rows = []
     for flavor, tp in [("1B", 1), ("7B", 4), ("1B_fullrank", 1)]:
-        if tp > 1:
-            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
-        for ac in ["none", "full", "selective-op", "lowrank"]:
-            rows.append(measure(flavor, a.layers, tp, ac))
-            print_table(rows[-1:], None)
-        if tp > 1:
-            dist.destroy_process_group()
+        with fake_world(tp, "cuda") if tp > 1 else contextlib.nullcontext() as mesh:
+            for ac in ["none", "full", "selective-op", "lowrank"]:
+                rows.append(measure(flavor, a.layers, mesh, ac))
+                print_table(rows[-1:], None)
     write_results(a.out, rows, env_info(), "Activation checkpointing: memory and time per decoder layer",
-                  notes=__doc__.split("\n\n")[1])
+                  notes=doc_notes(__doc__))
     print_table(rows, ["setting", "ac", "act_mem_gib_per_layer", "ms_per_layer"])
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for setting in dict.fromkeys(r["setting"] for r in rows):
-            sel = [r for r in rows if r["setting"] == setting]
-            ax.plot([r["act_mem_gib_per_layer"] for r in sel], [r["ms_per_layer"] for r in sel], "o-", label=setting)
-            for r in sel:
-                ax.annotate(r["ac"], (r["act_mem_gib_per_layer"], r["ms_per_layer"]), fontsize=7)
-        ax.set_xlabel("activation memory per layer (GiB)")
-        ax.set_ylabel("fwd+bwd time per layer (ms)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(a.out + ".png", dpi=120)
-    except ImportError:
-        pass
-
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        sel = [r for r in rows if r["setting"] == setting]
+        ax.plot([r["act_mem_gib_per_layer"] for r in sel], [r["ms_per_layer"] for r in sel], "o-", label=setting)
+        for r in sel:
+            ax.annotate(r["ac"], (r["act_mem_gib_per_layer"], r["ms_per_layer"]), fontsize=7)
+    ax.set_xlabel("activation memory per layer (GiB)")
+    ax.set_ylabel("fwd+bwd time per layer (ms)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(a.out + ".png", dpi=120)
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cuda_time_ms, env_info, print_table, write_results  # noqa: E402
+from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
 
 SDPA = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -79,7 +79,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
     cols = ["backend", "shape", "layout", "fwd_ms", "fwd_tflops", "bwd_ms", "fwd_bwd_ms", "fwd_bwd_tflops"]
     write_results(a.out, rows, env_info(), "Causal attention core per backend (bf16)", columns=cols,
-                  notes=__doc__.split("\n\n")[1])
+                  notes=doc_notes(__doc__))
     print_table(rows, cols)
 
 

@@ -102,14 +102,37 @@ def measured_bf16_peak_tflops(
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
+def doc_notes(doc: str) -> str:
+    """A script's docstring minus its title line and its indented usage lines: the notes of its results."""
+    paragraphs = doc.strip().split("\n\n")[1:]
+    return "\n\n".join(p for p in paragraphs if not p.startswith("    "))
+
+
+def pyplot():
+    """``matplotlib.pyplot`` with the file-only Agg backend, or None (with a note) where it is missing."""
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("matplotlib not importable: skipping the plot", file=sys.stderr)
+        return None
+    return plt
+
+
 def _git_rev() -> str | None:
+    """``<short sha>[-dirty]`` of the checkout; ``BOOST_GIT_REV`` wins (a run from a ``git archive``
+    snapshot has no .git of its own); None when unknown."""
+    if os.environ.get("BOOST_GIT_REV"):
+        return os.environ["BOOST_GIT_REV"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
                              text=True, timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True,
                                text=True, timeout=5).stdout.strip()
-        return (rev + ("-dirty" if dirty else "")) or None
+        return rev + ("-dirty" if dirty else "") if rev else None
     except (OSError, subprocess.SubprocessError):
         return None
 

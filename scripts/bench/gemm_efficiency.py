@@ -33,6 +33,7 @@ from common import (  # noqa: E402
     env_info,
     measured_bf16_peak_tflops,
     print_table,
+    pyplot,
     write_results,
 )
 
@@ -139,13 +140,8 @@ def pivot(rows: list[dict], key: str) -> list[dict]:
 
 
 def plot(rows: list[dict], sizes: list[str], path: str) -> str | None:
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        print("matplotlib not importable: skipping the plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return None
     parts = (*PARTS, "layer")
     fig, axes = plt.subplots(len(parts), len(sizes), figsize=(5.5 * len(sizes), 3.2 * len(parts)),

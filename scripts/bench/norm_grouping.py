@@ -26,7 +26,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, env_info, print_table, write_results  # noqa: E402
+from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
 
 from boost_titan.models.model import Projection  # noqa: E402
 from boost_titan.ops import comm, rmsnorm  # noqa: E402
@@ -100,11 +100,12 @@ def main():
     rows = []
     for b in map(int, a.batch.split(",")):
         rows += norm_rows(b * S, mesh) + grouping_rows(b * S)
-    for r in rows:
-        base = [q for q in rows if q["bench"] == r["bench"] and q["m"] == r["m"]][0]
+    for r in rows:  # speed relative to the first row of its group: same bench, m and (grouping) site
+        group = lambda q: (q["bench"], q["m"], q["case"].split()[0] if q["bench"] == "grouping" else "")  # noqa: E731
+        base = next(q for q in rows if group(q) == group(r))
         r["vs_first"] = base["ms"] / r["ms"]
     write_results(a.out, rows, env_info(), "RMSNorm → A GEMM and grouping, local compute (7B shard, tp=4)",
-                  notes=__doc__.split("\n\n")[1])
+                  notes=doc_notes(__doc__))
     print_table(rows, ["bench", "m", "case", "ms", "vs_first"])
     dist.destroy_process_group()
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, env_info, print_table, write_results  # noqa: E402
+from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
 
 from boost_titan.models import FLAVORS, Transformer  # noqa: E402
 
@@ -102,7 +102,7 @@ def main():
     write_results(a.out, rows, env_info(), "GPU time per training step by kernel kind",
                   sections=[("Step time (CUDA events, median)", steps, None),
                             ("Top kernels", top, ["variant", "kernel", "bucket", "ms_per_step"])],
-                  notes=__doc__.split("\n\n")[1])
+                  notes=doc_notes(__doc__))
     print_table(rows, ["variant", "bucket", "ms_per_step", "share_pct"])
     print_table(steps)
 

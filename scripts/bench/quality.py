@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import env_info, print_table, write_results  # noqa: E402
+from common import env_info, print_table, pyplot, write_results  # noqa: E402
 from e2e import ROOT, run_train  # noqa: E402
 
 CONFIG = "train_configs/quality_60m.toml"
@@ -155,7 +155,8 @@ def sweep(a: argparse.Namespace, log_dir: Path, meta: dict) -> dict[str, str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pairs", default="60M:3e-3,60M_fullrank:3e-3", help="flavor:lr,... (without --sweep)")
+    p.add_argument("--pairs", default="60M:3e-3,60M_fullrank:1e-3",
+                   help="flavor:lr,... (without --sweep; default: the LRs the 60M sweep chose)")
     p.add_argument("--sweep", default="", help='"flavor:lr,lr,...;flavor:lr,..." - pick each family\'s LR first')
     p.add_argument("--sweep-steps", type=int, default=300)
     p.add_argument("--parallel", type=int, default=1, help="sweep runs at once (the final runs go one by one)")
@@ -183,7 +184,7 @@ def main() -> None:
         if a.sweep_only:
             print("chosen: --pairs " + ",".join(f"{f}:{lr}" for f, lr in best.items()))
             return
-        pairs = [(flavor, lr) for flavor, lr in best.items()]
+        pairs = list(best.items())
         meta["lr_sweep"] = f"{a.out}_sweep.md: " + ", ".join(f"{f}={lr}" for f, lr in pairs)
     else:
         pairs = [tuple(item.split(":")) for item in a.pairs.split(",")]
@@ -223,12 +224,8 @@ def main() -> None:
 
 
 def _plot(runs: dict, path: str, wall_clock: bool = True) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2 if wall_clock else 1, figsize=(11 if wall_clock else 6, 4), squeeze=False)
     axes = axes[0]
