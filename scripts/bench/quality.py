@@ -13,6 +13,10 @@ validation loss.
     python scripts/bench/quality.py --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \\
         --sweep-steps 300 --parallel 3 --steps 1500 --out docs/results/quality_60m
     # (``--sweep-only`` stops after the sweep and prints the ``--pairs`` to run next, for two sessions)
+    # best-mode speed: pass torchtitan overrides with "=", since they start with "--":
+    python scripts/bench/quality.py --extra="--compile.enable" --out docs/results/quality_60m_compiled
+    # curves only (the pair trains at once, sharing the GPU, so no speed is reported):
+    python scripts/bench/quality.py --steps 3600 --concurrent --out docs/results/quality_60m_3600
 
 Every run validates on the whole held-out split (``--val-steps -1``; boost_titan's validator rewinds
 it, so every point sees the same text) about ``--val-points`` times, at steps that are multiples of
@@ -168,7 +172,10 @@ def main() -> None:
     p.add_argument("--val-steps", type=int, default=-1, help="validation batches per point; -1 = whole split")
     p.add_argument("--log-freq", type=int, default=10)
     p.add_argument("--config", default=CONFIG)
-    p.add_argument("--extra", default="", help="more CLI overrides for every run (last, so they win)")
+    p.add_argument("--concurrent", action="store_true",
+                   help="train the final runs at once on the one device: curves only, no speed columns")
+    p.add_argument("--extra", default="",
+                   help='more CLI overrides for every run (last, so they win); write --extra="--a.b c"')
     p.add_argument("--out", default="docs/results/quality_60m")
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
@@ -188,7 +195,9 @@ def main() -> None:
         meta["lr_sweep"] = f"{a.out}_sweep.md: " + ", ".join(f"{f}={lr}" for f, lr in pairs)
     else:
         pairs = [tuple(item.split(":")) for item in a.pairs.split(",")]
-    runs = {f"{flavor}:{lr}": run(flavor, lr, a.steps, a, log_dir) for flavor, lr in pairs}
+    with ThreadPoolExecutor(max_workers=len(pairs) if a.concurrent else 1) as pool:
+        results = list(pool.map(lambda pair: run(*pair, a.steps, a, log_dir), pairs))
+    runs = {f"{flavor}:{lr}": r for (flavor, lr), r in zip(pairs, results)}
 
     full = [k for k in runs if "_fullrank" in k and runs[k]["validation"]]
     target = runs[full[-1]]["validation"][-1][1] if full else None
@@ -212,14 +221,20 @@ def main() -> None:
                      "command": r["command"]})
     cols = ["run", "tokens", "epochs", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
             "train_s", "wall_s", "step_reaching_fullrank_val", "train_s_to_fullrank_val"]
+    speed_cols = {"tokens_per_s", "train_s", "wall_s", "train_s_to_fullrank_val"}
+    if a.concurrent:  # runs sharing one device: their speeds say nothing
+        rows = [{k: v for k, v in row.items() if k not in speed_cols} for row in rows]
+        cols = [c for c in cols if c not in speed_cols]
+    speed_note = ("The runs trained at once on one device (--concurrent), so no speed is reported."
+                  if a.concurrent else
+                  "tokens_per_s: median of the last 3/4 of the logged windows. train_s: training time from "
+                  "the logged tokens/s (validation excluded); wall_s: log timestamps (validation and "
+                  "start-up included). train_s_to_fullrank_val interpolates the validation curve linearly. "
+                  "The final runs ran one at a time.")
     write_results(a.out, rows, meta, "Quality: CoLA vs full rank at equal tokens", columns=cols,
                   notes=f"Validation loss on the whole held-out corpus split; target = the full-rank run's "
-                        f"final validation loss ({target}). tokens_per_s: median of the last 3/4 of the logged "
-                        "windows. train_s: training time from the logged tokens/s (validation excluded); "
-                        "wall_s: log timestamps (validation and start-up included). "
-                        "train_s_to_fullrank_val interpolates the validation curve linearly. "
-                        "The final runs ran one at a time.")
-    _plot(runs, a.out + ".png")
+                        f"final validation loss ({target}). " + speed_note)
+    _plot(runs, a.out + ".png", wall_clock=not a.concurrent)
     print_table(rows, cols)
 
 
