@@ -11,7 +11,7 @@ import tiktoken
 import torch
 from torchtitan.components.tokenizer import HuggingFaceTokenizer
 from torchtitan.config import ConfigManager
-from torchtitan.hf_datasets.text_datasets import DATASETS
+from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset
 
 from boost_titan.data import (
     TiktokenTokenizer,
@@ -20,7 +20,7 @@ from boost_titan.data import (
     build_validation_dataloader,
     build_validator,
 )
-from boost_titan.data.datasets import EMBEDDED_JSONL
+from boost_titan.data.datasets import EMBEDDED_JSONL, PackedText
 from boost_titan.data.tokenizer import GPT2_TIKTOKEN
 
 SENTENCE = "The quick brown fox jumps over the lazy dog. Hello, world!"
@@ -120,6 +120,50 @@ def test_embedded_loader_resumes_from_checkpoint():
     got = next(iter(resumed))
     assert torch.equal(got[0]["input"], expected[0]["input"])
     assert torch.equal(got[1], expected[1])
+
+
+def windows(dataset, n: int | None = None) -> list[torch.Tensor]:
+    """The first n (or all) windows of a text dataset, as input + last label token."""
+    out = []
+    for inputs, labels in dataset:
+        out.append(torch.cat([inputs["input"], labels[-1:]]))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("dp_world_size, dp_rank", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("infinite", [True, False])
+def test_packed_text_yields_torchtitans_stream(dp_world_size, dp_rank, infinite):
+    """Same windows, same order as torchtitan's HuggingFaceTextDataset: through the end of the split
+    (finite), and over more than two epochs (infinite: the leftover tokens carry into the next epoch)."""
+    tok = tokenizer_for("gpt2")
+    seq = 48
+    args = ("embedded_validation", None, tok, seq, dp_rank, dp_world_size, infinite)
+    packed = PackedText(*args)
+    n = 2 * len(packed.tokens) // (seq + 1) + 7 if infinite else None
+    reference = windows(HuggingFaceTextDataset(*args[:3], seq_len=seq, dp_rank=dp_rank,
+                                               dp_world_size=dp_world_size, infinite=infinite), n)
+    got = windows(packed, n)
+    assert len(got) == len(reference) > 0
+    assert all(torch.equal(a, b) for a, b in zip(got, reference))
+
+
+def test_packed_text_resumes_and_rejects_foreign_state():
+    tok = tokenizer_for("gpt2")
+    packed = PackedText("embedded_validation", None, tok, 32, 0, 1, True)
+    total = len(packed.tokens) // 33 + 5  # past the first epoch's end
+    first = windows(packed, total)
+    resumed = PackedText("embedded_validation", None, tok, 32, 0, 1, True)
+    resumed.load_state_dict({"window": total - 10})
+    assert all(torch.equal(a, b) for a, b in zip(windows(resumed, 10), first[-10:]))
+    with pytest.raises(ValueError, match="token_buffer.*needs 'window'"):
+        resumed.load_state_dict({"token_buffer": [], "sample_idx": 3})
+
+
+def test_packed_text_with_more_ranks_than_documents_fails_early():
+    with pytest.raises(ValueError, match="24 documents, fewer than the 64 data-parallel ranks"):
+        PackedText("embedded_validation", None, tokenizer_for("gpt2"), 32, 63, 64, True)
 
 
 def test_embedded_train_and_validation_are_disjoint():

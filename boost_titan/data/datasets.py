@@ -1,14 +1,14 @@
 """Training data for boost_titan: the committed "embedded" text, the set-up "corpus", "synthetic" tokens.
 
-The text datasets are entries in torchtitan's ``DATASETS`` table, so torchtitan's
-``HuggingFaceTextDataset`` does the tokenising, packing, DP sharding and checkpointing, and torchtitan's
-own validator can find them by name. Nothing is downloaded at run time: "embedded" ships in the repo
-and "corpus" (gzip'd JSON lines, ~73 MB of text, ~19M GPT-2 tokens) is built once by
-``scripts/build_corpus.py``.
+The text datasets are entries in torchtitan's ``DATASETS`` table (so torchtitan's validator finds
+them by name) and are served by :class:`PackedText`: torchtitan's token stream, tokenised once up
+front. Nothing is downloaded at run time: "embedded" ships in the repo and "corpus" (gzip'd JSON
+lines, ~73 MB of text, ~19M GPT-2 tokens) is built once by ``scripts/build_corpus.py``.
 """
 
 import copy
 import inspect
+import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from datasets import Dataset, load_dataset
+from datasets.distributed import split_dataset_by_node
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset, get_worker_info
 from torchtitan.components.dataloader import ParallelAwareDataloader
@@ -26,9 +27,11 @@ from torchtitan.components.validate import build_validator as build_torchtitan_v
 from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import (
     DATASETS,
+    _validate_dataset,
     build_text_dataloader,
     build_text_validation_dataloader,
 )
+from torchtitan.tools.logging import logger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_JSONL = Path(__file__).parent / "assets" / "embedded" / "data.jsonl"
@@ -90,6 +93,68 @@ def _register_text_datasets() -> None:
 
 
 _register_text_datasets()
+PACKED_DATASETS = frozenset(VALIDATION_SPLITS) | frozenset(VALIDATION_SPLITS.values())
+"""Our datasets, small enough to tokenise up front; torchtitan's own names keep its streaming loader."""
+
+
+class PackedText(IterableDataset, Stateful):
+    """torchtitan's text stream, tokenised once up front into one flat array.
+
+    The stream is the one ``HuggingFaceTextDataset`` yields (tested against it): this DP rank's
+    documents in order, each as BOS + tokens + EOS, concatenated and cut into consecutive windows of
+    ``seq_len + 1`` tokens; an infinite stream wraps around into the next epoch, a finite one drops
+    the last partial window. torchtitan tokenises while training, in the training process, and
+    re-copies its Python token buffer for every window, which left the GPU waiting at 60M
+    (docs/results/loader_cpu.md). Here a window is one slice, and the state is its index.
+    """
+
+    def __init__(self, dataset_name: str, dataset_path: str | None, tokenizer: BaseTokenizer, seq_len: int,
+                 dp_rank: int, dp_world_size: int, infinite: bool):
+        self.dataset_name, self.seq_len, self.infinite = dataset_name, seq_len, infinite
+        path, load, text_of = _validate_dataset(dataset_name.lower(), dataset_path)
+        docs = load(path)
+        if len(docs) < dp_world_size:
+            raise ValueError(f"dataset {dataset_name!r} has {len(docs)} documents, fewer than the {dp_world_size} "
+                             "data-parallel ranks: every rank needs one; use fewer ranks or a larger dataset")
+        docs = split_dataset_by_node(docs, dp_rank, dp_world_size)
+        start = time.perf_counter()
+        pieces = [np.asarray(tokenizer.encode(text_of(doc), add_bos=True, add_eos=True), dtype=np.int64)
+                  for doc in docs]
+        self.tokens = np.concatenate(pieces)
+        logger.info(f"{dataset_name}: {len(docs)} documents, {len(self.tokens):,} tokens for DP rank {dp_rank} "
+                    f"(tokenised in {time.perf_counter() - start:.1f} s)")
+        self._window = 0
+
+    def __iter__(self):
+        n, width = len(self.tokens), self.seq_len + 1
+        while self.infinite or (self._window + 1) * width <= n:
+            first = self._window * width
+            epoch, first = divmod(first, n)
+            if first + width <= n:
+                x = self.tokens[first:first + width]
+            else:  # wraps around into the next epoch
+                x = self.tokens[(first + np.arange(width)) % n]
+                logger.info(f"{self.dataset_name}: epoch {epoch + 1} done, starting over")
+            self._window += 1
+            x = torch.from_numpy(np.array(x))  # a copy: the batch must not alias the token array
+            yield {"input": x[:-1]}, x[1:]
+        logger.warning(f"Dataset {self.dataset_name} has run out of data")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"window": self._window}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "window" not in state_dict:
+            raise ValueError(f"checkpointed data state {sorted(state_dict)} was written by another loader "
+                             "(torchtitan's text loader keeps token_buffer/sample_idx); this one needs 'window'")
+        self._window = state_dict["window"]
+
+
+def _packed_loader(dataset: str, dataset_path: str | None, tokenizer, seq_len: int, batch_size: int,
+                   dataloader_cfg, dp_rank: int, dp_world_size: int, infinite: bool) -> ParallelAwareDataloader:
+    data = PackedText(dataset, dataset_path, tokenizer, seq_len, dp_rank, dp_world_size, infinite)
+    return ParallelAwareDataloader(data, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                                   **{**asdict(dataloader_cfg), "batch_size": batch_size})
 
 
 class SyntheticTokens(IterableDataset, Stateful):
@@ -145,12 +210,17 @@ def build_dataloader(
 ) -> ParallelAwareDataloader:
     """torchtitan ``TrainSpec.build_dataloader_fn``, dispatching on ``training.dataset``.
 
-    "synthetic" → random tokens; "embedded", "corpus" and torchtitan's own names → its text loader.
+    "synthetic" → random tokens; "embedded", "corpus" → :class:`PackedText`; torchtitan's own names →
+    its streaming text loader.
     """
     name = job_config.training.dataset.lower()
     if name == "synthetic":
         return build_synthetic_dataloader(dp_world_size, dp_rank, job_config)
     _require_tokenizer(tokenizer, name)
+    if name in PACKED_DATASETS:
+        t = job_config.training
+        return _packed_loader(name, t.dataset_path, tokenizer, t.seq_len, t.local_batch_size, t.dataloader,
+                              dp_rank, dp_world_size, infinite)
     return build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
 
 
@@ -177,7 +247,11 @@ def build_validation_dataloader(
 ) -> ParallelAwareDataloader:
     """Validation loader for ``validation.dataset``; "embedded"/"corpus" mean their held-out splits."""
     job_config = with_validation_split(job_config)
-    _require_tokenizer(tokenizer, job_config.validation.dataset)
+    v = job_config.validation
+    _require_tokenizer(tokenizer, v.dataset)
+    if v.dataset.lower() in PACKED_DATASETS:
+        return _packed_loader(v.dataset.lower(), v.dataset_path, tokenizer, v.seq_len, v.local_batch_size,
+                              v.dataloader, dp_rank, dp_world_size, infinite)
     return build_text_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
 
 
@@ -188,11 +262,15 @@ class RewindingValidator(Validator):
     call goes on from where the last one stopped (a different slice each time, so the curve mixes
     model and data changes), and with ``steps = -1`` every call after the first finds the split
     exhausted. Rewinding the loader to its initial state makes each point the same N batches, or the
-    whole split.
+    whole split. Our datasets' split is served by :class:`PackedText` (torchtitan's validator always
+    builds its own streaming loader: replaced here, same batches).
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, job_config, dp_world_size: int, dp_rank: int, tokenizer, *args, **kwargs):
+        super().__init__(job_config, dp_world_size, dp_rank, tokenizer, *args, **kwargs)
+        if job_config.validation.dataset.lower() in PACKED_DATASETS:
+            self.validation_dataloader = build_validation_dataloader(
+                dp_world_size, dp_rank, tokenizer, job_config, infinite=job_config.validation.steps != -1)
         self._start_state = self.validation_dataloader.state_dict()
 
     def validate(self, model_parts, step: int) -> None:

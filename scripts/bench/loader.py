@@ -1,0 +1,79 @@
+"""Host-side data loading speed: torchtitan's text loader vs boost_titan's pre-tokenised PackedText.
+
+The training loop fetches each batch in the training process, between GPU steps: a loader slower
+than the GPU's tokens/s sets the pace of small models. This times batch fetching alone (no model),
+with the config's batch size, sequence length, dataset and tokenizer, on this machine's CPU.
+PackedText tokenises the whole split when it is built: that start-up time is reported separately.
+
+    python scripts/bench/loader.py --config train_configs/quality_60m.toml --out docs/results/loader_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import doc_notes, env_info, print_table, write_results  # noqa: E402
+from torchtitan.components.dataloader import ParallelAwareDataloader  # noqa: E402
+from torchtitan.config import ConfigManager  # noqa: E402
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset  # noqa: E402
+
+from boost_titan.data import build_tokenizer  # noqa: E402
+from boost_titan.data.datasets import PackedText  # noqa: E402
+
+
+def tokens_per_s(loader, batches: int, skip: int, repeats: int) -> float:
+    """Median over ``repeats`` runs of ``batches`` batch fetches (each after ``skip`` untimed ones)."""
+    rates = []
+    it = iter(loader)
+    for _ in range(repeats):
+        for _ in range(skip):
+            next(it)
+        start, n = time.perf_counter(), 0
+        for _ in range(batches):
+            inputs, _ = next(it)
+            n += inputs["input"].numel()
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="train_configs/quality_60m.toml")
+    p.add_argument("--batches", type=int, default=40, help="timed batches per repeat")
+    p.add_argument("--skip", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default="docs/results/loader_cpu")
+    a = p.parse_args()
+    cfg = ConfigManager().parse_args(["--job.config_file", a.config])
+    t = cfg.training
+    tokenizer = build_tokenizer(cfg)
+    kwargs = {**asdict(t.dataloader), "batch_size": t.local_batch_size}
+    rows = []
+    for name, make in (
+        ("torchtitan HuggingFaceTextDataset", lambda: HuggingFaceTextDataset(
+            t.dataset, t.dataset_path, tokenizer, t.seq_len, 0, 1, infinite=True)),
+        ("boost_titan PackedText", lambda: PackedText(t.dataset, t.dataset_path, tokenizer, t.seq_len, 0, 1, True)),
+    ):
+        start = time.perf_counter()
+        loader = ParallelAwareDataloader(make(), dp_rank=0, dp_world_size=1, **kwargs)
+        build_s = time.perf_counter() - start
+        rate = tokens_per_s(loader, a.batches, a.skip, a.repeats)
+        rows.append({"loader": name, "dataset": t.dataset, "batch": f"{t.local_batch_size} x {t.seq_len}",
+                     "build_s": build_s, "tokens_per_s": rate})
+        print(rows[-1], flush=True)
+    for row in rows:
+        row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
+    write_results(a.out, rows, env_info("cpu"), "Data loading speed (host only, one process)",
+                  notes=doc_notes(__doc__))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
