@@ -153,7 +153,12 @@ class PackedText(IterableDataset, Stateful):
 def _packed_loader(dataset: str, dataset_path: str | None, tokenizer, seq_len: int, batch_size: int,
                    dataloader_cfg, dp_rank: int, dp_world_size: int, infinite: bool) -> ParallelAwareDataloader:
     data = PackedText(dataset, dataset_path, tokenizer, seq_len, dp_rank, dp_world_size, infinite)
-    return ParallelAwareDataloader(data, dp_rank=dp_rank, dp_world_size=dp_world_size,
+    return _parallel_loader(data, batch_size, dataloader_cfg, dp_rank, dp_world_size)
+
+
+def _parallel_loader(dataset, batch_size: int, dataloader_cfg, dp_rank: int, dp_world_size: int):
+    """torchtitan's DP-aware stateful loader with the ``[*.dataloader]`` settings of the config."""
+    return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
                                    **{**asdict(dataloader_cfg), "batch_size": batch_size})
 
 
@@ -193,12 +198,8 @@ def build_synthetic_dataloader(dp_world_size: int, dp_rank: int, job_config) -> 
     dataset = SyntheticTokens(
         job_config.boost.synthetic_vocab_size, job_config.training.seq_len, seed, dp_rank
     )
-    return ParallelAwareDataloader(
-        dataset,
-        dp_rank=dp_rank,
-        dp_world_size=dp_world_size,
-        **{**asdict(job_config.training.dataloader), "batch_size": job_config.training.local_batch_size},
-    )
+    return _parallel_loader(dataset, job_config.training.local_batch_size, job_config.training.dataloader,
+                            dp_rank, dp_world_size)
 
 
 def build_dataloader(
