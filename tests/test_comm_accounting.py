@@ -1,5 +1,7 @@
 """Counted collectives per decoder layer (fake process group, meta tensors: any tp, 7B shapes)."""
 
+import json
+
 import pytest
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -106,6 +108,10 @@ def test_7b_per_layer_volume_reproduces_boost_table(capsys, tmp_path):
     stat_cols = 2 * 2 * col  # online norm: 2 bf16 columns at the 2 normed sites
     assert vol["btp"][0] == pytest.approx(7 * r * col + stat_cols, abs=1e-9) and vol["btp"][1] == 7 * r * col == 224
     comm_volume.main(["--tp", "4", "--out", str(tmp_path / "comm_volume")])
-    table = capsys.readouterr().out
-    print(table)  # the per-layer byte table, shown with pytest -s
-    assert "| 4 | vanilla | 7 | 1328.0 | 4 | 728.0 |" in table
+    print(capsys.readouterr().out)  # the per-layer byte table, shown with pytest -s
+    written = json.loads((tmp_path / "comm_volume.json").read_text())
+    assert written["meta"]["command"] == "python -m boost_titan.bench.comm_volume --tp 4 --out " + str(tmp_path / "comm_volume")
+    rows = {r["strategy"]: r for r in written["rows"]}
+    assert (rows["vanilla"]["fwd_count"], rows["vanilla"]["fwd_MiB"], rows["vanilla"]["bwd_MiB"]) == (7, 1328, 728)
+    assert (rows["btp (online norm)"]["fwd_count"], rows["btp (online norm)"]["fwd_MiB"]) == (4, 224.125)
+    assert "| btp (online norm) |" in (tmp_path / "comm_volume.md").read_text().replace("  ", "")

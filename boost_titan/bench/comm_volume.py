@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
-from pathlib import Path
+import shlex
+import sys
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from boost_titan.bench.results import env_info, print_table, write_results
 from boost_titan.models import FLAVORS, Transformer, TransformerArgs
 from boost_titan.parallel import apply_tp
 
@@ -131,24 +132,19 @@ def main(argv=None) -> None:
             s = summarize(layer_collectives(strategy, flavor_args, tp, a.batch, a.seq, rmsnorm=norm))
             name = strategy if strategy != "btp" else f"btp ({norm} norm)"
             rows.append({"tp": tp, "strategy": name, "fwd_count": s["forward"]["count"],
-                         "fwd_MiB": round(s["forward"]["payload_MiB"], 2), "bwd_count": s["backward"]["count"],
-                         "bwd_MiB": round(s["backward"]["payload_MiB"], 2),
+                         "fwd_MiB": round(s["forward"]["payload_MiB"], 3), "bwd_count": s["backward"]["count"],
+                         "bwd_MiB": round(s["backward"]["payload_MiB"], 3),
                          "fwd_ops": s["forward"]["ops"], "bwd_ops": s["backward"]["ops"]})
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"flavor": a.flavor, "batch": a.batch, "seq": a.seq, "dtype": "bf16",
-            "command": f"python -m boost_titan.bench.comm_volume --flavor {a.flavor} --batch {a.batch} "
-                       f"--seq {a.seq} --tp {a.tp}", "torch": torch.__version__}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    header = "| tp | strategy | fwd collectives | fwd MiB | bwd collectives | bwd MiB |\n|---|---|---|---|---|---|\n"
-    lines = [f"| {r['tp']} | {r['strategy']} | {r['fwd_count']} | {r['fwd_MiB']} | {r['bwd_count']} | "
-             f"{r['bwd_MiB']} |" for r in rows]
-    md = (f"# Communication volume per decoder layer ({a.flavor}, b={a.batch}, s={a.seq}, bf16)\n\n"
-          f"Counted from the model on a fake process group: `{meta['command']}` (torch {torch.__version__}).\n"
-          "Payload = all-reduce input; all-gather/reduce-scatter count half their full tensor.\n\n"
-          + header + "\n".join(lines) + "\n")
-    out.with_suffix(".md").write_text(md)
-    print(header + "\n".join(lines))
+    meta = {**env_info("cpu"), "flavor": a.flavor, "batch": a.batch, "seq": a.seq, "dtype": "bf16",
+            "command": shlex.join(["python", "-m", __spec__.name if __spec__ else "boost_titan.bench.comm_volume",
+                                   *(sys.argv[1:] if argv is None else argv)])}
+    columns = ["tp", "strategy", "fwd_count", "fwd_MiB", "bwd_count", "bwd_MiB"]
+    write_results(a.out, rows, meta, f"Communication volume per decoder layer ({a.flavor}, b={a.batch}, "
+                  f"s={a.seq}, bf16)", columns=columns,
+                  notes="Counted from the model on a fake process group (no GPU). Payload = all-reduce "
+                        "input; all-gather/reduce-scatter count half their full tensor. The JSON lists "
+                        "every collective (`fwd_ops`, `bwd_ops`).")
+    print_table(rows, columns)
 
 
 if __name__ == "__main__":
