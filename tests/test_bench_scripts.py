@@ -1,0 +1,57 @@
+"""The arithmetic inside the benchmark scripts (scripts/bench), checked against hand computations."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
+from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
+from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
+
+
+@pytest.mark.parametrize("steps, points, log_freq, expected", [
+    (1200, 15, 10, 80),    # 1200 / 15 = 80 divides 1200 and is a multiple of 10
+    (2400, 15, 10, 160),
+    (250, 15, 10, 10),     # multiples of 10 dividing 250: 10, 50, 250; 10 is nearest 16.7
+    (7, 3, 10, 7),         # no multiple of the log interval divides 7: validate at the end only
+])
+def test_validation_freq_divides_the_run_on_log_steps(steps, points, log_freq, expected):
+    assert validation_freq(steps, points, log_freq) == expected
+
+
+def test_training_seconds_sum_the_logged_windows():
+    # 1000 tokens per step; windows of 10 steps at 2000 tok/s (5 s) then 10 steps at 5000 tok/s (2 s)
+    run = {"tokens_per_step": 1000, "steps": [{"step": 10, "tps": 2000.0}, {"step": 20, "tps": 5000.0}]}
+    assert _training_seconds(run) == {10: 5.0, 20: 7.0}
+
+
+def test_time_to_reach_interpolates_the_validation_curve():
+    run = {"train_s": {10: 5.0, 20: 7.0}, "validation": [(10, 4.0), (20, 3.0)]}
+    assert _time_to_reach(run, 3.5) == (20, pytest.approx(6.0))  # halfway between the two points
+    assert _time_to_reach(run, 4.5) == (10, 5.0)  # already below at the first point
+    assert _time_to_reach(run, 2.0) == (None, None)  # never reached
+    assert _time_to_reach(run, None) == (None, None)
+
+
+def test_gemm_flops_of_the_1b_pair_by_hand():
+    d, f, r, layers, vocab, tokens = 2048, 5472, 512, 24, 32000, 4 * 4096
+    cola = layers * (4 * r * (d + d) + 2 * r * (d + f) + r * (f + d)) + vocab * d
+    dense = layers * (4 * d * d + 3 * d * f) + vocab * d
+    assert gemm_tflop_per_step("1B", tokens) == pytest.approx(6 * cola * tokens / 1e12)
+    assert gemm_tflop_per_step("1B_fullrank", tokens) == pytest.approx(6 * dense * tokens / 1e12)
+
+
+def test_ceiling_rows_pair_each_variant_with_its_dense_twin():
+    steps = [{"variant": "1B", "gpu_busy_ms": 180.0}, {"variant": "1B:ungrouped", "gpu_busy_ms": 190.0},
+             {"variant": "1B_fullrank", "gpu_busy_ms": 300.0}, {"variant": "60M", "gpu_busy_ms": 10.0}]
+    gemm = {"1B": 70.0, "1B:ungrouped": 75.0, "1B_fullrank": 170.0, "60M": 3.0}
+    peak, tokens = 800.0, 16384
+    rows = {r["variant"]: r for r in ceiling_rows(steps, gemm, tokens, peak, 1.5)}
+    assert set(rows) == {"1B", "1B:ungrouped"}  # 60M has no twin in the run; the twin is not a row
+    row = rows["1B"]
+    at_peak = gemm_tflop_per_step("1B", tokens) / peak * 1e3
+    assert row["ratio_gpu_busy"] == pytest.approx(300 / 180)
+    assert row["non_gemm_ms"] == pytest.approx(110.0)
+    assert row["ratio_if_gemm_at_peak"] == pytest.approx(300 / (at_peak + 110))
+    assert row["non_gemm_ms_for_1.5x"] == pytest.approx(300 / 1.5 - 70)
