@@ -1,11 +1,13 @@
 """The arithmetic inside the benchmark scripts (scripts/bench), checked against hand computations."""
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
+from common import bucket, trace_buckets  # noqa: E402
 from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
 from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
 
@@ -55,3 +57,25 @@ def test_ceiling_rows_pair_each_variant_with_its_dense_twin():
     assert row["non_gemm_ms"] == pytest.approx(110.0)
     assert row["ratio_if_gemm_at_peak"] == pytest.approx(300 / (at_peak + 110))
     assert row["non_gemm_ms_for_1.5x"] == pytest.approx(300 / 1.5 - 70)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", "attention"),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("triton_poi_fused_mul_stack_view_4", "fused elementwise (triton)"),
+    ("void at::native::cunn_SoftMaxForward<4, float>", "other"),
+])
+def test_kernel_buckets(name, kind):
+    assert bucket(name) == kind
+
+
+def test_trace_buckets_sum_kernel_durations_per_step(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "dur": 3000},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "dur": 1000},
+              {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add", "dur": 500},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 9000},  # host side: not GPU time
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "dur": 70}]
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert trace_buckets(trace, steps=2) == {"gemm": 2.0, "fused elementwise (triton)": 0.25, "other": 0.035}

@@ -7,9 +7,11 @@ through :func:`write_results`, records :func:`env_info` in its meta, and prints 
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
@@ -125,3 +127,30 @@ def pyplot():
     return plt
 
 
+
+
+KERNEL_BUCKETS = [("attention", ("fmha", "flash", "cudnn", "attention", "sdpa")),
+                  ("gemm", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "matmul")),
+                  ("optimizer", ("adam", "multi_tensor", "foreach")),
+                  ("fused elementwise (triton)", ("triton",))]
+
+
+def bucket(kernel_name: str) -> str:
+    """The kind of a GPU kernel, from its name: attention, gemm, optimizer, fused elementwise, other."""
+    low = kernel_name.lower()
+    for label, keys in KERNEL_BUCKETS:
+        if any(k in low for k in keys):
+            return label
+    return "other"
+
+
+def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
+    """GPU time per step (ms) by :func:`bucket`: kernels, memcpys and memsets of a torch profiler chrome
+    trace of ``steps`` steps (host-side events are not GPU time)."""
+    events = json.loads(Path(trace_path).read_text())
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    out = defaultdict(float)
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X":
+            out[bucket(e.get("name", ""))] += e.get("dur", 0) / 1e3 / steps  # µs -> ms
+    return dict(out)

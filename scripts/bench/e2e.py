@@ -4,6 +4,10 @@ Each variant is a real ``scripts/run_train.sh`` run; the script parses torchtita
 (tokens/s per device, TFLOP/s, MFU — with the model family's own low-rank FLOP count — and peak
 memory), drops the first ``--skip`` steps (warm-up, compilation) and reports medians.
 
+``--profile`` also has torchtitan's profiler trace the last step of each run (one warm-up step before
+it; both left out of the medians) and buckets that step's GPU kernel time like ``profile_step.py``
+does, but inside the real loop: compiled loss, gradient clipping, optimizer and all.
+
     python scripts/bench/e2e.py --variants cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile \
         --steps 20 --out docs/results/e2e_1gpu
 """
@@ -20,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import env_info, print_table, write_results  # noqa: E402
+from common import env_info, print_table, trace_buckets, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -90,27 +94,52 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=5, help="warm-up steps excluded from the medians")
     p.add_argument("--ngpu", type=int, default=1)
     p.add_argument("--out", default="docs/results/e2e_1gpu")
-    p.add_argument("--extra", default="", help="more CLI overrides for every run (e.g. a smoke test on CPU)")
+    p.add_argument("--extra", default="",
+                   help='more CLI overrides for every run (e.g. a smoke test on CPU); write --extra="--a.b c"')
+    p.add_argument("--profile", action="store_true", help="trace the last step of each run and bucket its GPU time")
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, profiles = [], []
     for name in a.variants.split(","):
         config, extra = VARIANTS[name]
-        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *a.extra.split()]
+        dump = ROOT / "outputs" / "e2e" / name
+        profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
+                     str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
+                     "--profiling.save_traces_folder", "traces"] if a.profile else []
+        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *profiling,
+                     *a.extra.split()]
         run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log")
-        results.append(summarize(name, run["steps"], a.skip, run["command"], run["tokens_per_step"]))
+        timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
+        results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
+        if a.profile:
+            profiles += _profile_rows(name, dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json")
     by_name = {r["variant"]: r for r in results}
     for cola, full in [("cola_1b", "fullrank_1b"), ("cola_1b_compile", "fullrank_1b_compile")]:
         if cola in by_name and full in by_name:
             by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
     cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
+    sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if a.profile else []
     write_results(a.out, results, env_info(), "End-to-end training throughput (torchtitan loop)", columns=cols,
+                  sections=sections,
                   notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
                         "count (low-rank aware) against torchtitan's peak for the device. Attention: PyTorch "
                         "SDPA (default backend choice) for both families.")
+    if profiles:
+        print_table(profiles)
     print_table(results, cols)
+
+
+def _profile_rows(variant: str, trace: Path) -> list[dict]:
+    if not trace.is_file():
+        print(f"[{variant}] no profiler trace at {trace}", flush=True)
+        return []
+    buckets = trace_buckets(trace)
+    total = sum(buckets.values())
+    return [{"variant": variant, "bucket": b, "ms": t, "share_pct": 100 * t / total if total else 0.0}
+            for b, t in sorted(buckets.items(), key=lambda kv: -kv[1])] + \
+           [{"variant": variant, "bucket": "TOTAL (GPU busy)", "ms": total, "share_pct": 100.0}]
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
 #   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [attention] [profile] [quality]   (default: all)
-# Extra parts, not in the default: e2e_more (ablation), gemm_quick (7B tp 4, b 1/4), profile_autotune.
+# Extra parts, not in the default: e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
+# gemm_quick (7B tp 4, b 1/4), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,6 +16,8 @@ for part in $parts; do
     e2e_more) python scripts/bench/e2e.py --steps 16 --skip 6 \
            --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
            --out docs/results/e2e_1gpu_ablation ;;
+    e2e_profile) python scripts/bench/e2e.py --steps 20 --skip 8 --profile \
+           --variants cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu_profile ;;
     gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
     gemm_quick) python scripts/bench/gemm_efficiency.py --quick --out docs/results/gemm_efficiency_7b_tp4 ;;
     attention) python scripts/bench/attention.py ;;
@@ -23,6 +26,10 @@ for part in $parts; do
     profile) python scripts/bench/profile_step.py --variants 1B,1B:ungrouped,1B_fullrank --top 40 ;;
     profile_autotune) python scripts/bench/profile_step.py --variants 1B:autotune,1B_fullrank:autotune \
            --out docs/results/profile_1b_autotune ;;
+    ceiling) python scripts/bench/profile_step.py --variants 1B,1B_fullrank --top 30 \
+           --out docs/results/profile_1b_ceiling ;;
+    quality_compiled) python scripts/bench/quality.py --steps ${QUALITY_STEPS:-1200} --extra="--compile.enable" \
+           --out docs/results/quality_60m_compiled ;;
     quality) python scripts/bench/quality.py --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \
            --sweep-steps 250 --parallel 3 --steps ${QUALITY_STEPS:-1200} --out docs/results/quality_60m ;;
     *) echo "unknown part $part" ;;

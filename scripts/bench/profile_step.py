@@ -28,24 +28,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import (cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops, print_table,  # noqa: E402
-                    write_results)
+from common import (bucket, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,  # noqa: E402
+                    print_table, write_results)
 
 from boost_titan.models import FLAVORS, Transformer  # noqa: E402
 from boost_titan.models.args import linear_params_per_layer  # noqa: E402
-
-BUCKETS = [("attention", ("fmha", "flash", "cudnn", "attention", "sdpa")),
-           ("gemm", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "matmul")),
-           ("optimizer", ("adam", "multi_tensor", "foreach")),
-           ("fused elementwise (triton)", ("triton",))]
-
-
-def bucket(name: str) -> str:
-    low = name.lower()
-    for label, keys in BUCKETS:
-        if any(k in low for k in keys):
-            return label
-    return "other"
 
 
 def profile(variant: str, batch: int, seq: int, steps: int, top: int) -> tuple[dict, list, float]:
