@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,8 @@ def main() -> None:
                      "--profiling.save_traces_folder", "traces"] if a.profile else []
         overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *profiling,
                      *a.extra.split()]
+        if a.profile:
+            shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
         run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log")
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
