@@ -144,6 +144,14 @@ def bucket(kernel_name: str) -> str:
     return "other"
 
 
+def bucket_rows(variant: str, buckets: dict[str, float]) -> list[dict]:
+    """Table rows of one variant's GPU time per bucket (largest first), then its total."""
+    total = sum(buckets.values())
+    rows = [{"variant": variant, "bucket": b, "ms_per_step": t, "share_pct": 100 * t / total if total else 0.0}
+            for b, t in sorted(buckets.items(), key=lambda kv: -kv[1])]
+    return rows + [{"variant": variant, "bucket": "TOTAL (GPU busy)", "ms_per_step": total, "share_pct": 100.0}]
+
+
 def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
     """GPU time per step (ms) by :func:`bucket`: kernels, memcpys and memsets of a torch profiler chrome
     trace of ``steps`` steps (host-side events are not GPU time)."""

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import env_info, print_table, trace_buckets, write_results  # noqa: E402
+from common import bucket_rows, env_info, print_table, trace_buckets, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -138,11 +138,7 @@ def _profile_rows(variant: str, trace: Path) -> list[dict]:
     if not trace.is_file():
         print(f"[{variant}] no profiler trace at {trace}", flush=True)
         return []
-    buckets = trace_buckets(trace)
-    total = sum(buckets.values())
-    return [{"variant": variant, "bucket": b, "ms": t, "share_pct": 100 * t / total if total else 0.0}
-            for b, t in sorted(buckets.items(), key=lambda kv: -kv[1])] + \
-           [{"variant": variant, "bucket": "TOTAL (GPU busy)", "ms": total, "share_pct": 100.0}]
+    return bucket_rows(variant, trace_buckets(trace))
 
 
 if __name__ == "__main__":

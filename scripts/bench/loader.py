@@ -11,7 +11,6 @@ PackedText tokenises the whole split when it is built: that start-up time is rep
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -19,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import doc_notes, env_info, print_table, write_results  # noqa: E402
+from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
 from torchtitan.components.dataloader import ParallelAwareDataloader  # noqa: E402
 from torchtitan.config import ConfigManager  # noqa: E402
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset  # noqa: E402
@@ -28,27 +27,18 @@ from boost_titan.data import build_tokenizer  # noqa: E402
 from boost_titan.data.datasets import PackedText  # noqa: E402
 
 
-def tokens_per_s(loader, batches: int, skip: int, repeats: int) -> float:
-    """Median over ``repeats`` runs of ``batches`` batch fetches (each after ``skip`` untimed ones)."""
-    rates = []
+def tokens_per_s(loader, batches: int, skip: int) -> float:
+    """Tokens per second of fetching one batch (median over ``batches`` fetches, ``skip`` untimed first)."""
     it = iter(loader)
-    for _ in range(repeats):
-        for _ in range(skip):
-            next(it)
-        start, n = time.perf_counter(), 0
-        for _ in range(batches):
-            inputs, _ = next(it)
-            n += inputs["input"].numel()
-        rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
-
-
+    tokens = []
+    ms = cuda_time_ms(lambda: tokens.append(next(it)[0]["input"].numel()), warmup=skip, repeats=batches,
+                      device="cpu")
+    return tokens[-1] / ms * 1e3
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="train_configs/quality_60m.toml")
-    p.add_argument("--batches", type=int, default=40, help="timed batches per repeat")
+    p.add_argument("--batches", type=int, default=200, help="timed batch fetches (median)")
     p.add_argument("--skip", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="docs/results/loader_cpu")
     a = p.parse_args()
     cfg = ConfigManager().parse_args(["--job.config_file", a.config])
@@ -64,7 +54,7 @@ def main() -> None:
         start = time.perf_counter()
         loader = ParallelAwareDataloader(make(), dp_rank=0, dp_world_size=1, **kwargs)
         build_s = time.perf_counter() - start
-        rate = tokens_per_s(loader, a.batches, a.skip, a.repeats)
+        rate = tokens_per_s(loader, a.batches, a.skip)
         rows.append({"loader": name, "dataset": t.dataset, "batch": f"{t.local_batch_size} x {t.seq_len}",
                      "build_s": build_s, "tokens_per_s": rate})
         print(rows[-1], flush=True)

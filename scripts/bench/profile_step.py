@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import (bucket, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,  # noqa: E402
+from common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,  # noqa: E402
                     print_table, write_results)
 
 from boost_titan.models import FLAVORS, Transformer  # noqa: E402
@@ -114,9 +114,7 @@ def main():
     for variant in a.variants.split(","):
         buckets, kernels, step_ms = profile(variant, a.batch, a.seq, a.steps, a.top)
         total = sum(buckets.values())
-        rows += [{"variant": variant, "bucket": b, "ms_per_step": t, "share_pct": 100 * t / total}
-                 for b, t in sorted(buckets.items(), key=lambda kv: -kv[1])]
-        rows.append({"variant": variant, "bucket": "TOTAL (GPU busy)", "ms_per_step": total, "share_pct": 100.0})
+        rows += bucket_rows(variant, buckets)
         steps.append({"variant": variant, "step_ms": step_ms, "gpu_busy_ms": total,
                       "tokens_per_s": a.batch * a.seq / step_ms * 1e3})
         flavor = variant.split(":")[0]
