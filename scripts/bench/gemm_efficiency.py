@@ -37,7 +37,7 @@ from common import (  # noqa: E402
     write_results,
 )
 
-SIZES = {"tiny": (256, 512), "3B": (3072, 8192), "7B": (4096, 11008), "13B": (5120, 13824)}  # d, f
+SIZES = {"tiny": (256, 512), "1B": (2048, 5472), "3B": (3072, 8192), "7B": (4096, 11008), "13B": (5120, 13824)}  # d, f
 STRATEGIES = ("fullrank", "vanilla", "btp")
 SHORT = {"fullrank": "FR", "vanilla": "Van", "btp": "BTP"}
 PARTS = ("attn", "mlp")

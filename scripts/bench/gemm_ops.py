@@ -1,0 +1,240 @@
+"""Where BTP's per-rank GEMM time goes, product by product, and which formulations beat the model's.
+
+gemm_efficiency.py times a layer's GEMMs as the model runs them. This script splits that time into
+the three products of every linear — forward ``y = x Wᵀ``, ``dX = dY W``, ``dW = dYᵀ X`` — and times
+candidate formulations of each, to find what could lift BTP to issue 6's target (≥ 90% of the
+measured peak at b = 4, ≥ 88% at b = 1):
+
+  model      as the model computes it: weight stored ``[c, out, in]``; the products are NT / NN / TN
+             and ``dW`` is ``[out, in]``.
+  w_in_out   the weight stored ``[c, in, out]`` instead (``y = x W``): NN / NT / TN with ``dW = Xᵀ dY``
+             ``[in, out]``. A layout change of the parameter; it must hold for all three products.
+  lt         ``model`` through cuBLASLt (``torch.backends.cuda.preferred_blas_library``).
+  splitk{S}  ``dW`` only: K = b·s cut into S slices, one batched GEMM with fp32 output, summed and
+             cast. ``dW``'s output is small (``r × d/t``: 32 output tiles of 128 × 256 for 7B tp 4) and
+             its K is large, so its tiles may not fill the 132 SMs.
+  overlap    ``dX`` and ``dW`` together, ``dW`` on a side stream (fork/join inside the CUDA graph):
+             a ``dW`` that leaves SMs idle could run beside the ``dX`` that needs them.
+
+Every candidate is checked against ``model``'s product (same inputs) before it is timed.
+Part rows sum the per-GEMM best picks: ``best_layout`` keeps one layout per weight (the faster of
+``model`` / ``w_in_out`` over its three products, dW optionally split), ``best_any`` lets every product
+pick freely (a bound, not a runnable configuration).
+
+GPU:  python scripts/bench/gemm_ops.py --out docs/results/gemm_ops_7b_tp4
+CPU:  python scripts/bench/gemm_ops.py --device cpu --size tiny --batch 1 --seq 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (  # noqa: E402
+    H200_DATASHEET_BF16_TFLOPS,
+    cuda_time_ms,
+    env_info,
+    measured_bf16_peak_tflops,
+    print_table,
+    write_results,
+)
+from gemm_efficiency import SIZES, layer_gemms  # noqa: E402
+
+SPLITS = (2, 4, 8)
+
+
+@contextlib.contextmanager
+def blas(library: str):
+    if not torch.cuda.is_available():
+        yield
+        return
+    before = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
+
+
+class Operands:
+    """x ``[c, m, k]``, dY ``[c, m, n]`` and the weight in both layouts, for one linear."""
+
+    def __init__(self, c: int, m: int, k: int, n: int, device, dtype):
+        g = lambda *s: torch.randn(c, *s, device=device, dtype=dtype) / s[-1] ** 0.25  # noqa: E731
+        self.x, self.dy, self.w = g(m, k), g(m, n), g(n, k)  # w: [c, out, in]
+        self.w_t = self.w.transpose(1, 2).contiguous()  # [c, in, out]
+        self.y, self.dx = self.x.new_empty(c, m, n), self.x.new_empty(c, m, k)
+        self.dw, self.dw_t = self.w.new_empty(c, n, k), self.w.new_empty(c, k, n)
+        self.m, self.k, self.n, self.c = m, k, n, c
+
+    def products(self, side: torch.cuda.Stream | None) -> dict[str, dict[str, callable]]:
+        """{product: {candidate: fn}}; each fn writes its result to a preallocated buffer."""
+        x, dy, w, w_t = self.x, self.dy, self.w, self.w_t
+        fns = {
+            "fwd": {"model": lambda: torch.bmm(x, w.transpose(1, 2), out=self.y),
+                    "w_in_out": lambda: torch.bmm(x, w_t, out=self.y)},
+            "dX": {"model": lambda: torch.bmm(dy, w, out=self.dx),
+                   "w_in_out": lambda: torch.bmm(dy, w_t.transpose(1, 2), out=self.dx)},
+            "dW": {"model": lambda: torch.bmm(dy.transpose(1, 2), x, out=self.dw),
+                   "w_in_out": lambda: torch.bmm(x.transpose(1, 2), dy, out=self.dw_t)},
+        }
+        for s in SPLITS:
+            if self.m % s == 0:
+                fns["dW"][f"splitk{s}"] = lambda s=s: self.split_k_dw(s)
+        if side is not None:
+            fns["dX+dW"] = {"model": lambda: (fns["dX"]["model"](), fns["dW"]["model"]()),
+                            "overlap": lambda: self.overlapped(fns["dX"]["model"], fns["dW"]["model"], side)}
+        return fns
+
+    def split_k_dw(self, s: int) -> torch.Tensor:
+        c, m, k, n = self.c, self.m, self.k, self.n
+        dy_t = self.dy.view(c * s, m // s, n).transpose(1, 2)  # [c·s, n, m/s], no copy
+        xs = self.x.view(c * s, m // s, k)
+        kw = {"out_dtype": torch.float32} if self.x.dtype != torch.float32 else {}
+        part = torch.bmm(dy_t, xs, **kw)  # [c·s, n, k] partial sums in fp32
+        self.dw.copy_(part.view(c, s, n, k).sum(1))
+        return self.dw
+
+    @staticmethod
+    def overlapped(dx_fn, dw_fn, side: torch.cuda.Stream) -> None:
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            dw_fn()
+        dx_fn()
+        main.wait_stream(side)
+
+    def check(self, fns: dict) -> None:
+        """Every candidate's product equals the model's (transposed where its layout is)."""
+        tol = dict(rtol=2e-2, atol=2e-2) if self.x.dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+        for product, out, out_t in (("fwd", "y", None), ("dX", "dx", None), ("dW", "dw", "dw_t")):
+            fns[product]["model"]()
+            ref = getattr(self, out).float().clone()
+            for name, fn in fns[product].items():
+                if name == "model":
+                    continue
+                getattr(self, out).zero_()
+                fn()
+                got = getattr(self, out_t if name == "w_in_out" and out_t else out).float()
+                if name == "w_in_out" and out_t:
+                    got = got.transpose(1, 2)
+                torch.testing.assert_close(got, ref, **tol, msg=lambda s: f"{product}/{name}: {s}")
+
+
+def time_gemm(gemm, m: int, args, device, dtype, peak: float) -> list[dict]:
+    ops = Operands(gemm.c, m, gemm.k, gemm.n, device, dtype)
+    side = torch.cuda.Stream(device) if device.type == "cuda" else None
+    fns = ops.products(side)
+    ops.check(fns)
+    rows = []
+    for product, cands in fns.items():
+        flops = 2 * gemm.c * m * gemm.k * gemm.n * (2 if product == "dX+dW" else 1)
+        for name, fn in cands.items():
+            libs = ("cublaslt",) if name == "model" and device.type == "cuda" else ()
+            for lib in (None, *libs):
+                with blas(lib) if lib else contextlib.nullcontext():
+                    ms = cuda_time_ms(fn, warmup=args.warmup, repeats=args.repeats,
+                                      use_graph=device.type == "cuda", device=device)
+                tflops = flops / (ms * 1e-3) / 1e12
+                rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n,
+                             "product": product, "candidate": "lt" if lib else name, "ms": ms,
+                             "tflops": tflops, "pct_peak": 100 * tflops / peak})
+    del ops
+    return rows
+
+
+def best_rows(rows: list[dict], parts: dict[str, list], b: int, m: int, peak: float) -> list[dict]:
+    """Per part and the layer: time as the model runs, with one best layout per weight, and free picks."""
+    t = {(r["gemm"], r["product"], r["candidate"]): r["ms"] for r in rows}
+    out, total = [], {"model": 0.0, "best_layout": 0.0, "best_any": 0.0, "overlap_saved": 0.0, "flops": 0.0}
+    for part, gemms in (*parts.items(), ("layer", None)):
+        if gemms is None:
+            acc = dict(total)
+        else:
+            acc = {"model": 0.0, "best_layout": 0.0, "best_any": 0.0, "overlap_saved": 0.0, "flops": 0.0}
+            for g in gemms:
+                dw_split = min([t[(g.name, "dW", f"splitk{s}")] for s in SPLITS if (g.name, "dW", f"splitk{s}") in t],
+                               default=float("inf"))
+                per_layout = [t[(g.name, "fwd", lay)] + t[(g.name, "dX", lay)] + min(t[(g.name, "dW", lay)], dw_split)
+                              for lay in ("model", "w_in_out")]
+                acc["model"] += sum(t[(g.name, p, "model")] for p in ("fwd", "dX", "dW"))
+                acc["best_layout"] += min(per_layout)
+                acc["best_any"] += sum(min(v for (gn, p, _), v in t.items() if gn == g.name and p == prod)
+                                       for prod in ("fwd", "dX", "dW"))
+                acc["flops"] += 6 * g.c * m * g.k * g.n
+                if (g.name, "dX+dW", "overlap") in t:  # what running dW beside its dX would save
+                    acc["overlap_saved"] += t[(g.name, "dX+dW", "model")] - t[(g.name, "dX+dW", "overlap")]
+            for k in total:
+                total[k] += acc[k]
+        row = {"b": b, "part": part}
+        row["overlap_saved_ms"] = acc["overlap_saved"]
+        for k in ("model", "best_layout", "best_any"):
+            row[f"{k}_ms"] = acc[k]
+            row[f"{k}_pct"] = 100 * acc["flops"] / (acc[k] * 1e-3) / 1e12 / peak
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="7B", choices=list(SIZES))
+    ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--rank-ratio", type=float, default=0.25)
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", default="docs/results/gemm_ops_7b_tp4")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    d, f = SIZES[args.size]
+    r = int(d * args.rank_ratio)
+    parts = layer_gemms("btp", d, f, r, args.tp)
+    meta = env_info(device)
+    peak = measured_bf16_peak_tflops(device)
+    print(f"[{meta['device']}] {args.size} tp{args.tp} btp: matmul peak {peak:.4g} TFLOP/s", flush=True)
+    rows, summary = [], []
+    for b in args.batch:
+        m = b * args.seq
+        b_rows = [row for gs in parts.values() for g in gs for row in time_gemm(g, m, args, device, dtype, peak)]
+        for row in b_rows:
+            row["b"] = b
+        rows += b_rows
+        summary += best_rows(b_rows, parts, b, m, peak)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    peak_after = measured_bf16_peak_tflops(device)
+    meta.update({"size": args.size, "d": d, "f": f, "r": r, "tp": args.tp, "seq": args.seq,
+                 "dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup, "repeats": args.repeats,
+                 "timing": "CUDA events, CUDA-graph replay, median" if device.type == "cuda" else "perf_counter",
+                 "measured_peak_tflops_before_after": [round(peak, 1), round(peak_after, 1)],
+                 "datasheet_tflops": H200_DATASHEET_BF16_TFLOPS if device.type == "cuda" else None})
+    notes = __doc__.split("\n\n", 1)[1].rsplit("\n\nGPU:", 1)[0]
+    cols = ["b", "part", "model_pct", "best_layout_pct", "best_any_pct", "model_ms", "best_layout_ms",
+            "best_any_ms", "overlap_saved_ms"]
+    json_path, md_path = write_results(args.out, rows, meta, f"BTP per-rank GEMMs by product ({args.size}, tp {args.tp})",
+                                       sections=[("Part time: as the model, best layout, best per product (% of measured peak)",
+                                                  summary, cols)], notes=notes)
+    print(f"wrote {json_path}, {md_path}")
+    best = {}
+    for row in rows:
+        key = (row["b"], row["gemm"], row["product"])
+        best[key] = min(best.get(key, row), row, key=lambda x: x["ms"])
+    model = {(x["b"], x["gemm"], x["product"]): x for x in rows if x["candidate"] == "model"}
+    print_table([{"b": k[0], "gemm": k[1], "product": k[2], "model_pct": model[k]["pct_peak"],
+                  "best": v["candidate"], "best_pct": v["pct_peak"]} for k, v in best.items()],
+                ["b", "gemm", "product", "model_pct", "best", "best_pct"])
+    print()
+    print_table(summary, cols)
+
+
+if __name__ == "__main__":
+    main()
