@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
-from common import bucket, trace_buckets  # noqa: E402
+from common import bucket, removal_bounds, trace_buckets  # noqa: E402
+from gemm_ops import Operands, best_rows  # noqa: E402
 from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
 from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
 
@@ -85,3 +86,40 @@ def test_trace_buckets_sum_kernel_durations_per_step(tmp_path):
     trace = tmp_path / "rank0_trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     assert trace_buckets(trace, steps=2) == {"gemm": 2.0, "fused elementwise (triton)": 0.25, "other": 0.035}
+
+
+def test_removal_bounds_by_hand():
+    cola = {"gemm": 70.0, "attention": 60.0, "other": 20.0}
+    dense = {"gemm": 170.0, "attention": 66.0, "other": 24.0}
+    rows = {r["scenario"]: r["ratio"] for r in removal_bounds(cola, dense)}
+    assert rows["as measured"] == pytest.approx(260 / 150)
+    assert rows["no attention (both)"] == pytest.approx(194 / 90)
+    assert rows["no other (both)"] == pytest.approx(236 / 130)
+    assert rows["only gemm + attention left (both)"] == pytest.approx(236 / 130)
+    assert rows["CoLA attention at the dense time"] == pytest.approx(260 / 156)
+
+
+def test_gemm_ops_candidates_compute_the_models_products():
+    """Every formulation gemm_ops.py times (weight layout, split-K dW) equals the model's product,
+    and the check would catch one that does not."""
+    import torch
+    ops = Operands(c=2, m=64, k=24, n=40, device="cpu", dtype=torch.float64)
+    fns = ops.products(side=None)
+    assert {"w_in_out", "splitk2", "splitk4", "splitk8"} <= set(fns["dW"])
+    ops.check(fns)  # raises on a mismatch
+    fns["dW"]["wrong"] = lambda: torch.bmm(ops.dy.transpose(1, 2), ops.x * 1.01, out=ops.dw)
+    with pytest.raises(AssertionError, match="dW/wrong"):
+        ops.check(fns)
+
+
+def test_gemm_ops_part_times_pick_one_layout_per_weight():
+    class G:  # a linear of one part: y[m, n] = x[m, k] Wᵀ
+        name, c, k, n = "g", 1, 10, 10
+    ms = {("fwd", "model"): 1.0, ("dX", "model"): 1.0, ("dW", "model"): 3.0,
+          ("fwd", "w_in_out"): 2.0, ("dX", "w_in_out"): 0.5, ("dW", "w_in_out"): 2.0,
+          ("dW", "splitk2"): 2.5}
+    rows = [{"gemm": "g", "product": p, "candidate": c, "ms": t} for (p, c), t in ms.items()]
+    part = best_rows(rows, {"attn": [G]}, b=1, m=100, peak=1.0)[0]
+    assert part["model_ms"] == pytest.approx(5.0)
+    assert part["best_layout_ms"] == pytest.approx(min(1 + 1 + 2.5, 2 + 0.5 + 2))  # model + split dW
+    assert part["best_any_ms"] == pytest.approx(1 + 0.5 + 2)

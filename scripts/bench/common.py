@@ -162,3 +162,25 @@ def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X":
             out[bucket(e.get("name", ""))] += e.get("dur", 0) / 1e3 / steps  # µs -> ms
     return dict(out)
+
+
+def removal_bounds(cola: dict[str, float], dense: dict[str, float]) -> list[dict]:
+    """GPU-busy ratio dense/CoLA if kinds of kernel cost nothing, from two :func:`trace_buckets` dicts.
+
+    Rows: as measured; each bucket removed from both models; every bucket but GEMM and attention
+    removed from both (what the ratio can reach while GEMMs and attention run as they do now); and
+    CoLA's attention at the dense model's time (both run the same attention; a gap there is clocks).
+    """
+    def row(what: str, c: float, d: float) -> dict:
+        return {"scenario": what, "cola_ms": c, "dense_ms": d, "ratio": d / c}
+
+    tc, td = sum(cola.values()), sum(dense.values())
+    rows = [row("as measured", tc, td)]
+    for b in sorted(set(cola) | set(dense), key=lambda k: -cola.get(k, 0.0)):
+        rows.append(row(f"no {b} (both)", tc - cola.get(b, 0.0), td - dense.get(b, 0.0)))
+    core = ("gemm", "attention")
+    rows.append(row("only gemm + attention left (both)", sum(cola.get(b, 0.0) for b in core),
+                    sum(dense.get(b, 0.0) for b in core)))
+    if "attention" in cola and "attention" in dense:
+        rows.append(row("CoLA attention at the dense time", tc - cola["attention"] + dense["attention"], td))
+    return rows

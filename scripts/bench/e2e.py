@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import bucket_rows, env_info, print_table, trace_buckets, write_results  # noqa: E402
+from common import bucket_rows, env_info, print_table, removal_bounds, trace_buckets, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -101,7 +101,7 @@ def main() -> None:
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    results, profiles = [], []
+    results, profiles, buckets = [], [], {}
     for name in a.variants.split(","):
         config, extra = VARIANTS[name]
         dump = ROOT / "outputs" / "e2e" / name
@@ -117,13 +117,23 @@ def main() -> None:
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
         if a.profile:
-            profiles += _profile_rows(name, dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json")
+            trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
+            if trace.is_file():
+                buckets[name] = trace_buckets(trace)
+                profiles += bucket_rows(name, buckets[name])
+            else:
+                print(f"[{name}] no profiler trace at {trace}", flush=True)
     by_name = {r["variant"]: r for r in results}
+    bounds = []
     for cola, full in [("cola_1b", "fullrank_1b"), ("cola_1b_compile", "fullrank_1b_compile")]:
         if cola in by_name and full in by_name:
             by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
+        if cola in buckets and full in buckets:
+            bounds += [{"pair": f"{cola} / {full}", **r} for r in removal_bounds(buckets[cola], buckets[full])]
     cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
     sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if a.profile else []
+    if bounds:
+        sections.append(("GPU-busy ratio full rank / CoLA if a kind of kernel cost nothing", bounds, None))
     write_results(a.out, results, env_info(), "End-to-end training throughput (torchtitan loop)", columns=cols,
                   sections=sections,
                   notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
@@ -131,14 +141,9 @@ def main() -> None:
                         "SDPA (default backend choice) for both families.")
     if profiles:
         print_table(profiles)
+    if bounds:
+        print_table(bounds)
     print_table(results, cols)
-
-
-def _profile_rows(variant: str, trace: Path) -> list[dict]:
-    if not trace.is_file():
-        print(f"[{variant}] no profiler trace at {trace}", flush=True)
-        return []
-    return bucket_rows(variant, trace_buckets(trace))
 
 
 if __name__ == "__main__":

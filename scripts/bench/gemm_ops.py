@@ -15,6 +15,9 @@ measured peak at b = 4, ≥ 88% at b = 1):
              its K is large, so its tiles may not fill the 132 SMs.
   overlap    ``dX`` and ``dW`` together, ``dW`` on a side stream (fork/join inside the CUDA graph):
              a ``dW`` that leaves SMs idle could run beside the ``dX`` that needs them.
+  triton     (``--triton-below P``: products where ``model`` reaches < P% of the peak) the product
+             compiled by inductor with max-autotune restricted to its Triton GEMM templates
+             (persistent TMA templates enabled): the best tuned Triton kernel for that exact shape.
 
 Every candidate is checked against ``model``'s product (same inputs) before it is timed.
 Part rows sum the per-GEMM best picks: ``best_layout`` keeps one layout per weight (the faster of
@@ -95,7 +98,7 @@ class Operands:
         c, m, k, n = self.c, self.m, self.k, self.n
         dy_t = self.dy.view(c * s, m // s, n).transpose(1, 2)  # [c·s, n, m/s], no copy
         xs = self.x.view(c * s, m // s, k)
-        kw = {"out_dtype": torch.float32} if self.x.dtype != torch.float32 else {}
+        kw = {"out_dtype": torch.float32} if self.x.dtype in (torch.bfloat16, torch.float16) else {}
         part = torch.bmm(dy_t, xs, **kw)  # [c·s, n, k] partial sums in fp32
         self.dw.copy_(part.view(c, s, n, k).sum(1))
         return self.dw
@@ -109,6 +112,25 @@ class Operands:
         dx_fn()
         main.wait_stream(side)
 
+    def operands(self, product: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, b) with ``product = a @ b`` in the model's layout (2-D when c = 1)."""
+        a, b = {"fwd": (self.x, self.w.transpose(1, 2)), "dX": (self.dy, self.w),
+                "dW": (self.dy.transpose(1, 2), self.x)}[product]
+        return (a[0], b[0]) if self.c == 1 else (a, b)
+
+    def triton(self, product: str) -> callable:
+        """``product`` through the best of inductor's Triton GEMM templates (autotuned on first call)."""
+        import torch._inductor.config as inductor
+
+        a, b = self.operands(product)
+        out = {"fwd": self.y, "dX": self.dx, "dW": self.dw}[product]
+        torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 10_000
+        mm = torch.compile(lambda a, b: a @ b, mode="max-autotune-no-cudagraphs", dynamic=False)
+        with inductor.patch({"max_autotune_gemm_backends": "TRITON", "triton.enable_persistent_tma_matmul": True,
+                             "autotune_fallback_to_aten": False}):
+            out.copy_(mm(a, b).view_as(out))  # compiles and autotunes now, outside any timing or capture
+        return lambda: mm(a, b)
+
     def check(self, fns: dict) -> None:
         """Every candidate's product equals the model's (transposed where its layout is)."""
         tol = dict(rtol=2e-2, atol=2e-2) if self.x.dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
@@ -119,7 +141,9 @@ class Operands:
                 if name == "model":
                     continue
                 getattr(self, out).zero_()
-                fn()
+                res = fn()
+                if name == "triton":
+                    getattr(self, out).copy_(res.view_as(getattr(self, out)))
                 got = getattr(self, out_t if name == "w_in_out" and out_t else out).float()
                 if name == "w_in_out" and out_t:
                     got = got.transpose(1, 2)
@@ -130,11 +154,13 @@ def time_gemm(gemm, m: int, args, device, dtype, peak: float) -> list[dict]:
     ops = Operands(gemm.c, m, gemm.k, gemm.n, device, dtype)
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
     fns = ops.products(side)
-    ops.check(fns)
     rows = []
-    for product, cands in fns.items():
+    for product, cands in list(fns.items()):
         flops = 2 * gemm.c * m * gemm.k * gemm.n * (2 if product == "dX+dW" else 1)
-        for name, fn in cands.items():
+        for name in [*cands, "triton"]:  # a triton candidate is added once the model's time is known
+            if name not in cands:
+                continue
+            fn = cands[name]
             libs = ("cublaslt",) if name == "model" and device.type == "cuda" else ()
             for lib in (None, *libs):
                 with blas(lib) if lib else contextlib.nullcontext():
@@ -144,6 +170,14 @@ def time_gemm(gemm, m: int, args, device, dtype, peak: float) -> list[dict]:
                 rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n,
                              "product": product, "candidate": "lt" if lib else name, "ms": ms,
                              "tflops": tflops, "pct_peak": 100 * tflops / peak})
+                if name == "model" and not lib and product in ("fwd", "dX", "dW") \
+                        and rows[-1]["pct_peak"] < args.triton_below and device.type == "cuda":
+                    try:
+                        cands["triton"] = ops.triton(product)
+                    except Exception as e:  # a candidate that cannot be built is reported, not fatal
+                        print(f"  {gemm.name} {product}: no Triton candidate ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200]})", flush=True)
+    ops.check(fns)  # after timing: the Triton candidates exist only now (checked before they count)
     del ops
     return rows
 
@@ -191,6 +225,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="docs/results/gemm_ops_7b_tp4")
+    ap.add_argument("--triton-below", type=float, default=0.0,
+                    help="add a Triton-autotuned candidate for products where the model's GEMM is below this %% of peak")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
