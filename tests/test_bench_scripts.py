@@ -123,3 +123,28 @@ def test_gemm_ops_part_times_pick_one_layout_per_weight():
     assert part["model_ms"] == pytest.approx(5.0)
     assert part["best_layout_ms"] == pytest.approx(min(1 + 1 + 2.5, 2 + 0.5 + 2))  # model + split dW
     assert part["best_any_ms"] == pytest.approx(1 + 0.5 + 2)
+
+
+@pytest.mark.parametrize("script, args", [
+    ("gemm_efficiency.py", ["--quick", "--rounds", "2"]),
+    ("gemm_ops.py", ["--size", "tiny", "--batch", "1", "--seq", "64", "--rounds", "2"]),
+])
+def test_gemm_benchmarks_run_on_cpu_and_their_parts_add_up(tmp_path, script, args):
+    import subprocess
+    bench = Path(__file__).resolve().parents[1] / "scripts" / "bench"
+    out = tmp_path / "res"
+    subprocess.run([sys.executable, str(bench / script), "--device", "cpu", "--repeats", "1", "--warmup", "0",
+                    "--out", str(out), *args], check=True, capture_output=True)
+    rows = json.loads((tmp_path / "res.json").read_text())["rows"]
+    if script == "gemm_efficiency.py":  # one layer row per (strategy, b), equal to attn + mlp
+        parts = {(r["strategy"], r["b"], r["part"]): r for r in rows}
+        assert {k[0] for k in parts} == {"fullrank", "vanilla", "btp"} and {k[1] for k in parts} == {1, 4}
+        for (strategy, b, part), r in parts.items():
+            if part == "layer":
+                assert r["time_ms"] == pytest.approx(parts[(strategy, b, "attn")]["time_ms"]
+                                                     + parts[(strategy, b, "mlp")]["time_ms"])
+    else:  # every BTP linear has each product timed as the model runs it, against its own peak
+        have = {(r["gemm"], r["product"]) for r in rows if r["candidate"] == "model"}
+        assert have == {(g, p) for g in ("A_qkv", "B_qkv", "A_o", "B_o", "A_gu", "B_gu", "A_dn", "B_dn")
+                        for p in ("fwd", "dX", "dW")}
+        assert all(r["pct_peak"] == pytest.approx(100 * r["tflops"] / r["peak_tflops"]) for r in rows)

@@ -48,44 +48,64 @@ def cuda_time_ms(
     capturable (fixed shapes, preallocated outputs, no host syncs). On CPU (or when CUDA is absent)
     it times with ``time.perf_counter``.
     """
+    return interleaved_time_ms({"fn": fn}, warmup, repeats, rounds=1, use_graph=use_graph, device=device)["fn"]
+
+
+def interleaved_time_ms(
+    fns: dict[str, Callable[[], object]],
+    warmup: int = 5,
+    repeats: int = 10,
+    rounds: int = 5,
+    use_graph: bool = False,
+    device: torch.device | str | None = None,
+) -> dict[str, float]:
+    """Median time (ms) of each of several functions, timed in ``rounds`` interleaved rounds.
+
+    Each round times every function ``repeats`` times in turn, so clock and thermal drift (which
+    moves an H200's GEMM throughput by 5-10% within a minute) falls on all of them alike instead of
+    on whichever ran last. Timing as in :func:`cuda_time_ms`; graphs are captured once, up front.
+    """
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(device)
-    if device.type != "cuda":
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-
-    run = fn
-    graph = None
-    if use_graph:
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):  # warm up (cuBLAS handles, workspaces) before capture
-            for _ in range(max(warmup, 1)):
+    cuda = device.type == "cuda"
+    runs, graphs = {}, []
+    for name, fn in fns.items():
+        runs[name] = fn
+        if cuda and use_graph:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # warm up (cuBLAS handles, workspaces) before capture
+                for _ in range(max(warmup, 1)):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
                 fn()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        run = graph.replay
-    for _ in range(warmup):
-        run()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    torch.cuda.synchronize(device)
-    for start, end in zip(starts, ends):
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize(device)
-    del graph
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+            graphs.append(graph)
+            runs[name] = graph.replay
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for name, run in runs.items():
+        for _ in range(warmup):
+            run()
+    for _ in range(rounds):
+        for name, run in runs.items():
+            if not cuda:
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    run()
+                    samples[name].append((time.perf_counter() - t0) * 1e3)
+                continue
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+            for start, end in zip(starts, ends):
+                start.record()
+                run()
+                end.record()
+            torch.cuda.synchronize(device)
+            samples[name] += [a.elapsed_time(b) for a, b in zip(starts, ends)]
+    del graphs
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def measured_bf16_peak_tflops(

@@ -29,9 +29,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (  # noqa: E402
     H200_DATASHEET_BF16_TFLOPS,
-    cuda_time_ms,
     env_info,
-    measured_bf16_peak_tflops,
+    interleaved_time_ms,
     print_table,
     pyplot,
     write_results,
@@ -92,7 +91,8 @@ def layer_gemms(strategy: str, d: int, f: int, r: int, t: int) -> dict[str, list
     raise ValueError(strategy)
 
 
-def time_part(gemms: list[Gemm], m: int, args, device, dtype) -> dict:
+def part_fns(gemms: list[Gemm], m: int, device, dtype) -> tuple[callable, callable, int]:
+    """(forward, backward, FLOPs) of one part: its GEMMs' operands allocated, the calls not yet run."""
     for g in gemms:
         g.alloc(m, device, dtype)
 
@@ -104,11 +104,28 @@ def time_part(gemms: list[Gemm], m: int, args, device, dtype) -> dict:
         for g in reversed(gemms):
             g.bwd()
 
-    kw = dict(warmup=args.warmup, repeats=args.repeats, use_graph=args.graph, device=device)
-    fwd_ms, bwd_ms = cuda_time_ms(fwd, **kw), cuda_time_ms(bwd, **kw)
+    return fwd, bwd, 3 * sum(g.flops(m) for g in gemms)
+
+
+def time_group(d: int, f: int, r: int, t: int, m: int, args, device, dtype) -> tuple[dict, float]:
+    """{(strategy, part): {flops, fwd_ms, bwd_ms}} for one (size, t, b), and the peak (TFLOP/s)
+    of the reference 8192³ GEMM timed in the same interleaved rounds (same clocks and temperature)."""
+    fns, flops, gemms = {}, {}, []
+    for strat in STRATEGIES:
+        for part, gs in layer_gemms(strat, d, f, r, t).items():
+            fwd, bwd, flops[(strat, part)] = part_fns(gs, m, device, dtype)
+            fns[(strat, part, "fwd")], fns[(strat, part, "bwd")] = fwd, bwd
+            gemms += gs
+    n = 8192 if device.type == "cuda" else 256
+    a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
+    fns["peak"] = lambda: torch.mm(a, b, out=out)
+    ms = interleaved_time_ms(fns, warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
+                             use_graph=args.graph, device=device)
     for g in gemms:  # free operands before the next configuration
         del g.x, g.w, g.dy, g.y, g.dx, g.dw
-    return {"flops": 3 * sum(g.flops(m) for g in gemms), "fwd_ms": fwd_ms, "bwd_ms": bwd_ms}
+    peak = 2 * n**3 / (ms.pop("peak") * 1e-3) / 1e12
+    return {key: {"flops": fl, "fwd_ms": ms[(*key, "fwd")], "bwd_ms": ms[(*key, "bwd")]}
+            for key, fl in flops.items()}, peak
 
 
 def make_row(strategy, size, t, b, m, part, flops, fwd_ms, bwd_ms, peak, datasheet) -> dict:
@@ -176,7 +193,8 @@ def main() -> None:
     ap.add_argument("--batch", type=csv(int), default=[1, 2, 4, 8])
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--rank-ratio", type=float, default=0.25, help="r = ratio * d")
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=10, help="timed replays per function per round")
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds over all strategies' parts + the peak")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="docs/results/gemm_efficiency")
     ap.add_argument("--quick", action="store_true", help="7B (tiny on CPU), tp 4, batch 1,4")
@@ -199,19 +217,18 @@ def main() -> None:
 
     meta = env_info(device)
     rows: list[dict] = []
-    peaks: list[float] = []  # re-measured before each (size, t) group: clocks drift as the GPU heats
+    peaks: list[float] = []  # one per (size, t, b) group, timed in that group's rounds
     for size in args.sizes:
         d, f = SIZES[size]
         r = int(d * args.rank_ratio)
         for t in args.tp:
-            peak = measured_bf16_peak_tflops(device)
-            peaks.append(peak)
-            print(f"[{meta['device']}] {size} t{t}: matmul peak {peak:.4g} TFLOP/s ({dtype})", flush=True)
             for b in args.batch:
                 m = b * args.seq
+                times, peak = time_group(d, f, r, t, m, args, device, dtype)
+                peaks.append(peak)
+                print(f"[{meta['device']}] {size} t{t} b{b}: matmul peak {peak:.4g} TFLOP/s ({dtype})", flush=True)
                 for strat in STRATEGIES:
-                    parts = {p: time_part(gs, m, args, device, dtype)
-                             for p, gs in layer_gemms(strat, d, f, r, t).items()}
+                    parts = {p: v for (s_, p), v in times.items() if s_ == strat}
                     parts["layer"] = {k: sum(p[k] for p in parts.values()) for k in parts["attn"]}
                     for p, v in parts.items():
                         rows.append(make_row(strat, size, t, b, m, p, v["flops"], v["fwd_ms"],
@@ -227,21 +244,23 @@ def main() -> None:
         "dtype": str(dtype).replace("torch.", ""), "seq": args.seq, "rank_ratio": args.rank_ratio,
         "sizes": {s: {"d": SIZES[s][0], "f": SIZES[s][1], "r": int(SIZES[s][0] * args.rank_ratio)}
                   for s in args.sizes},
-        "tp": args.tp, "batch": args.batch, "warmup": args.warmup, "repeats": args.repeats,
-        "timing": ("CUDA events, CUDA-graph replay" if args.graph else "CUDA events, eager")
-        if device.type == "cuda" else "time.perf_counter",
+        "tp": args.tp, "batch": args.batch, "warmup": args.warmup, "repeats": args.repeats, "rounds": args.rounds,
+        "timing": (("CUDA events, CUDA-graph replay" if args.graph else "CUDA events, eager")
+                   if device.type == "cuda" else "time.perf_counter")
+        + "; every strategy's parts and the peak GEMM of a (size, t, b) group in interleaved rounds, medians",
         "measured_peak_tflops": {"median": round(peak_med, 1), "min": round(min(peaks), 1),
                                  "max": round(max(peaks), 1), "per_group": [round(p, 1) for p in peaks]},
-        "peak_gemm": ("8192^3 bf16" if device.type == "cuda" else "1024^3 fp32")
-        + " mm, median time, re-measured before each (size, t) group; rows use their group's peak",
+        "peak_gemm": ("8192^3 bf16" if device.type == "cuda" else "256^3 fp32")
+        + " mm timed in each (size, t, b) group's rounds; rows use their group's peak",
         "datasheet_tflops": datasheet,
     })
     notes = ("Per-rank GEMMs only (no communication, no attention core, norms or activations). "
              "Each part is timed as fwd (all its forward GEMMs) + bwd (dX and dW of each GEMM), "
              "medians of `repeats` after `warmup`; `layer` = attn + mlp. FLOPs = 6·m·k·n per linear "
              "(×c for batched B). HFU = achieved TFLOP/s / measured peak (`hfu_meas_pct`, the peak "
-             "`peak_tflops` measured just before the row's (size, t) group) and / datasheet "
-             "(`hfu_datasheet_pct`). Pivot columns `Van/BTP time` and `FR/BTP time` are "
+             "`peak_tflops` timed in the row's (size, t, b) group) and / datasheet "
+             "(`hfu_datasheet_pct`). All strategies of one (size, t, b) and the peak GEMM are timed in "
+             "interleaved rounds, so clock drift falls on all alike. Pivot columns `Van/BTP time` and `FR/BTP time` are "
              "layer-time ratios (>1: BTP faster; FR does ~2.5× the FLOPs of CoLA at r = d/4).")
     summary = pivot(rows, "hfu_meas_pct")
     sections = [("HFU, % of measured peak", summary, None)]

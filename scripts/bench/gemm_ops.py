@@ -20,7 +20,10 @@ measured peak at b = 4, ≥ 88% at b = 1):
              (persistent TMA templates enabled): the best tuned Triton kernel for that exact shape.
 
 Every candidate is checked against ``model``'s product (same inputs) before it is timed.
-Part rows sum the per-GEMM best picks: ``best_layout`` keeps one layout per weight (the faster of
+A product's candidates are timed in interleaved rounds together with an 8192³ reference GEMM, and
+each row's % of peak is against that reference in the same rounds: an H200's GEMM throughput drifts
+by 5-10% with clocks and temperature within a minute, more than most differences measured here.
+Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``best_layout`` keeps one layout per weight (the faster of
 ``model`` / ``w_in_out`` over its three products, dW optionally split), ``best_any`` lets every product
 pick freely (a bound, not a runnable configuration).
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 
 import torch
@@ -42,7 +46,7 @@ from common import (  # noqa: E402
     H200_DATASHEET_BF16_TFLOPS,
     cuda_time_ms,
     env_info,
-    measured_bf16_peak_tflops,
+    interleaved_time_ms,
     print_table,
     write_results,
 )
@@ -150,36 +154,59 @@ class Operands:
                 torch.testing.assert_close(got, ref, **tol, msg=lambda s: f"{product}/{name}: {s}")
 
 
-def time_gemm(gemm, m: int, args, device, dtype, peak: float) -> list[dict]:
+def with_blas(library: str, fn: callable) -> callable:
+    def run():
+        with blas(library):
+            return fn()
+    return run
+
+
+class PeakGemm:
+    """The reference ``n³`` bf16 product, timed in every interleaved group: each row's % of peak is
+    against the peak measured in the same rounds (same clocks and temperature)."""
+
+    def __init__(self, device, dtype, n: int = 8192):
+        n = n if device.type == "cuda" else 256
+        self.a, self.b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+        self.out, self.flops = torch.empty_like(self.a), 2 * n ** 3
+
+    def __call__(self):
+        return torch.mm(self.a, self.b, out=self.out)
+
+
+def time_gemm(gemm, m: int, args, device, dtype, peak: PeakGemm) -> list[dict]:
+    """Rows of (product, candidate) times for one linear; all candidates of a product interleaved."""
     ops = Operands(gemm.c, m, gemm.k, gemm.n, device, dtype)
-    side = torch.cuda.Stream(device) if device.type == "cuda" else None
-    fns = ops.products(side)
+    cuda = device.type == "cuda"
+    fns = ops.products(torch.cuda.Stream(device) if cuda else None)
+    kw = dict(warmup=args.warmup, repeats=args.repeats, use_graph=cuda, device=device)
     rows = []
-    for product, cands in list(fns.items()):
+    for product, cands in fns.items():
         flops = 2 * gemm.c * m * gemm.k * gemm.n * (2 if product == "dX+dW" else 1)
-        for name in [*cands, "triton"]:  # a triton candidate is added once the model's time is known
-            if name not in cands:
-                continue
-            fn = cands[name]
-            libs = ("cublaslt",) if name == "model" and device.type == "cuda" else ()
-            for lib in (None, *libs):
-                with blas(lib) if lib else contextlib.nullcontext():
-                    ms = cuda_time_ms(fn, warmup=args.warmup, repeats=args.repeats,
-                                      use_graph=device.type == "cuda", device=device)
-                tflops = flops / (ms * 1e-3) / 1e12
-                rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n,
-                             "product": product, "candidate": "lt" if lib else name, "ms": ms,
-                             "tflops": tflops, "pct_peak": 100 * tflops / peak})
-                if name == "model" and not lib and product in ("fwd", "dX", "dW") \
-                        and rows[-1]["pct_peak"] < args.triton_below and device.type == "cuda":
-                    try:
-                        cands["triton"] = ops.triton(product)
-                    except Exception as e:  # a candidate that cannot be built is reported, not fatal
-                        print(f"  {gemm.name} {product}: no Triton candidate ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200]})", flush=True)
-    ops.check(fns)  # after timing: the Triton candidates exist only now (checked before they count)
+        if cuda:
+            cands["lt"] = with_blas("cublaslt", cands["model"])
+        if cuda and product in ("fwd", "dX", "dW") and args.triton_below > 0:
+            pct = 100 * flops / (cuda_time_ms(cands["model"], **kw) * 1e-3) / 1e12 / peak_tflops(peak, kw)
+            if pct < args.triton_below:
+                try:
+                    cands["triton"] = ops.triton(product)
+                except Exception as e:  # a candidate that cannot be built is reported, not fatal
+                    print(f"  {gemm.name} {product}: no Triton candidate ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200]})", flush=True)
+        ms = interleaved_time_ms({**cands, "_peak": peak}, rounds=args.rounds, **kw)
+        local_peak = peak.flops / (ms.pop("_peak") * 1e-3) / 1e12
+        for name, t in ms.items():
+            tflops = flops / (t * 1e-3) / 1e12
+            rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n, "product": product,
+                         "candidate": name, "ms": t, "tflops": tflops, "peak_tflops": local_peak,
+                         "pct_peak": 100 * tflops / local_peak})
+    ops.check(fns)  # every timed candidate computes the model's product
     del ops
     return rows
+
+
+def peak_tflops(peak: PeakGemm, kw: dict) -> float:
+    return peak.flops / (cuda_time_ms(peak, **kw) * 1e-3) / 1e12
 
 
 def best_rows(rows: list[dict], parts: dict[str, list], b: int, m: int, peak: float) -> list[dict]:
@@ -221,7 +248,8 @@ def main() -> None:
     ap.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--rank-ratio", type=float, default=0.25)
-    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=10, help="timed replays per candidate per round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds over a product's candidates")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="docs/results/gemm_ops_7b_tp4")
@@ -235,8 +263,8 @@ def main() -> None:
     r = int(d * args.rank_ratio)
     parts = layer_gemms("btp", d, f, r, args.tp)
     meta = env_info(device)
-    peak = measured_bf16_peak_tflops(device)
-    print(f"[{meta['device']}] {args.size} tp{args.tp} btp: matmul peak {peak:.4g} TFLOP/s", flush=True)
+    peak = PeakGemm(device, dtype)
+    print(f"[{meta['device']}] {args.size} tp{args.tp} btp", flush=True)
     rows, summary = [], []
     for b in args.batch:
         m = b * args.seq
@@ -244,14 +272,19 @@ def main() -> None:
         for row in b_rows:
             row["b"] = b
         rows += b_rows
-        summary += best_rows(b_rows, parts, b, m, peak)
+        b_peak = statistics.median(row["peak_tflops"] for row in b_rows)  # the batch's parts: one peak
+        summary += best_rows(b_rows, parts, b, m, b_peak)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    peak_after = measured_bf16_peak_tflops(device)
+    peaks = [row["peak_tflops"] for row in rows]
     meta.update({"size": args.size, "d": d, "f": f, "r": r, "tp": args.tp, "seq": args.seq,
                  "dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup, "repeats": args.repeats,
-                 "timing": "CUDA events, CUDA-graph replay, median" if device.type == "cuda" else "perf_counter",
-                 "measured_peak_tflops_before_after": [round(peak, 1), round(peak_after, 1)],
+                 "rounds": args.rounds,
+                 "timing": ("CUDA events, CUDA-graph replay" if device.type == "cuda" else "perf_counter")
+                 + "; a product's candidates and the peak GEMM timed in interleaved rounds, medians",
+                 "peak_gemm": f"{peak.a.shape[0]}^3 mm in every product's rounds; rows use their own",
+                 "measured_peak_tflops_median_min_max": [round(statistics.median(peaks), 1), round(min(peaks), 1),
+                                                         round(max(peaks), 1)],
                  "datasheet_tflops": H200_DATASHEET_BF16_TFLOPS if device.type == "cuda" else None})
     notes = __doc__.split("\n\n", 1)[1].rsplit("\n\nGPU:", 1)[0]
     cols = ["b", "part", "model_pct", "best_layout_pct", "best_any_pct", "model_ms", "best_layout_ms",
