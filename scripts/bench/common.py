@@ -108,24 +108,35 @@ def interleaved_time_ms(
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+class PeakGemm:
+    """The reference matmul roofline: an ``n³`` product on random data (call it to run it once).
+
+    bf16 on CUDA (n = 8192, the reference roofline); on CPU fp32 with n capped at ``cpu_n`` (only to
+    give the smoke tests a meaningful denominator). Time it alone (:func:`measured_bf16_peak_tflops`)
+    or among the functions it is a ceiling for (:func:`interleaved_time_ms`), then :meth:`tflops`.
+    """
+
+    def __init__(self, device: torch.device | str = "cuda", n: int = 8192, cpu_n: int = 256):
+        device = torch.device(device)
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        n = n if device.type == "cuda" else min(n, cpu_n)
+        self.a, self.b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+        self.out = torch.empty_like(self.a)
+        self.n, self.flops = n, 2 * n**3
+
+    def __call__(self) -> torch.Tensor:
+        return torch.mm(self.a, self.b, out=self.out)
+
+    def tflops(self, ms: float) -> float:
+        return self.flops / (ms * 1e-3) / 1e12
+
+
 def measured_bf16_peak_tflops(
     device: torch.device | str = "cuda", n: int = 8192, warmup: int = 5, repeats: int = 20
 ) -> float:
-    """Measured matmul ceiling in TFLOP/s: median time of an ``n³`` product on random data.
-
-    bf16 on CUDA (n=8192 by default, the reference roofline); on CPU fp32 with n capped at 1024
-    (only to give the smoke test a meaningful denominator).
-    """
-    device = torch.device(device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if device.type != "cuda":
-        n = min(n, 1024)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    ms = cuda_time_ms(lambda: torch.mm(a, b, out=out), warmup, repeats, device=device)
-    del a, b, out
-    return 2 * n**3 / (ms * 1e-3) / 1e12
+    """Measured matmul ceiling in TFLOP/s: median time of :class:`PeakGemm` timed alone."""
+    peak = PeakGemm(device, n, cpu_n=1024)
+    return peak.tflops(cuda_time_ms(peak, warmup, repeats, device=device))
 
 
 def doc_notes(doc: str) -> str:

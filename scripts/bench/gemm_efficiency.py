@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (  # noqa: E402
     H200_DATASHEET_BF16_TFLOPS,
+    PeakGemm,
     env_info,
     interleaved_time_ms,
     print_table,
@@ -116,16 +117,13 @@ def time_group(d: int, f: int, r: int, t: int, m: int, args, device, dtype) -> t
             fwd, bwd, flops[(strat, part)] = part_fns(gs, m, device, dtype)
             fns[(strat, part, "fwd")], fns[(strat, part, "bwd")] = fwd, bwd
             gemms += gs
-    n = 8192 if device.type == "cuda" else 256
-    a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
-    fns["peak"] = lambda: torch.mm(a, b, out=out)
+    fns["peak"] = peak = PeakGemm(device)
     ms = interleaved_time_ms(fns, warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
                              use_graph=args.graph, device=device)
     for g in gemms:  # free operands before the next configuration
         del g.x, g.w, g.dy, g.y, g.dx, g.dw
-    peak = 2 * n**3 / (ms.pop("peak") * 1e-3) / 1e12
     return {key: {"flops": fl, "fwd_ms": ms[(*key, "fwd")], "bwd_ms": ms[(*key, "bwd")]}
-            for key, fl in flops.items()}, peak
+            for key, fl in flops.items()}, peak.tflops(ms.pop("peak"))
 
 
 def make_row(strategy, size, t, b, m, part, flops, fwd_ms, bwd_ms, peak, datasheet) -> dict:

@@ -23,9 +23,9 @@ Every candidate is checked against ``model``'s product (same inputs) before it i
 A product's candidates are timed in interleaved rounds together with an 8192³ reference GEMM, and
 each row's % of peak is against that reference in the same rounds: an H200's GEMM throughput drifts
 by 5-10% with clocks and temperature within a minute, more than most differences measured here.
-Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``best_layout`` keeps one layout per weight (the faster of
-``model`` / ``w_in_out`` over its three products, dW optionally split), ``best_any`` lets every product
-pick freely (a bound, not a runnable configuration).
+Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``best_layout`` keeps one
+layout per weight (the faster of ``model`` / ``w_in_out`` over its three products, dW optionally
+split), ``best_any`` lets every product pick freely (a bound, not a runnable configuration).
 
 GPU:  python scripts/bench/gemm_ops.py --out docs/results/gemm_ops_7b_tp4
 CPU:  python scripts/bench/gemm_ops.py --device cpu --size tiny --batch 1 --seq 64
@@ -44,6 +44,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (  # noqa: E402
     H200_DATASHEET_BF16_TFLOPS,
+    PeakGemm,
     cuda_time_ms,
     env_info,
     interleaved_time_ms,
@@ -53,6 +54,7 @@ from common import (  # noqa: E402
 from gemm_efficiency import SIZES, layer_gemms  # noqa: E402
 
 SPLITS = (2, 4, 8)
+PRODUCTS = ("fwd", "dX", "dW")
 
 
 @contextlib.contextmanager
@@ -161,19 +163,6 @@ def with_blas(library: str, fn: callable) -> callable:
     return run
 
 
-class PeakGemm:
-    """The reference ``n³`` bf16 product, timed in every interleaved group: each row's % of peak is
-    against the peak measured in the same rounds (same clocks and temperature)."""
-
-    def __init__(self, device, dtype, n: int = 8192):
-        n = n if device.type == "cuda" else 256
-        self.a, self.b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-        self.out, self.flops = torch.empty_like(self.a), 2 * n ** 3
-
-    def __call__(self):
-        return torch.mm(self.a, self.b, out=self.out)
-
-
 def time_gemm(gemm, m: int, args, device, dtype, peak: PeakGemm) -> list[dict]:
     """Rows of (product, candidate) times for one linear; all candidates of a product interleaved."""
     ops = Operands(gemm.c, m, gemm.k, gemm.n, device, dtype)
@@ -185,16 +174,16 @@ def time_gemm(gemm, m: int, args, device, dtype, peak: PeakGemm) -> list[dict]:
         flops = 2 * gemm.c * m * gemm.k * gemm.n * (2 if product == "dX+dW" else 1)
         if cuda:
             cands["lt"] = with_blas("cublaslt", cands["model"])
-        if cuda and product in ("fwd", "dX", "dW") and args.triton_below > 0:
-            pct = 100 * flops / (cuda_time_ms(cands["model"], **kw) * 1e-3) / 1e12 / peak_tflops(peak, kw)
-            if pct < args.triton_below:
+        if cuda and product in PRODUCTS and args.triton_below > 0:
+            model_tflops = flops / (cuda_time_ms(cands["model"], **kw) * 1e-3) / 1e12
+            if 100 * model_tflops / peak.tflops(cuda_time_ms(peak, **kw)) < args.triton_below:
                 try:
                     cands["triton"] = ops.triton(product)
                 except Exception as e:  # a candidate that cannot be built is reported, not fatal
                     print(f"  {gemm.name} {product}: no Triton candidate ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200]})", flush=True)
         ms = interleaved_time_ms({**cands, "_peak": peak}, rounds=args.rounds, **kw)
-        local_peak = peak.flops / (ms.pop("_peak") * 1e-3) / 1e12
+        local_peak = peak.tflops(ms.pop("_peak"))
         for name, t in ms.items():
             tflops = flops / (t * 1e-3) / 1e12
             rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n, "product": product,
@@ -205,35 +194,31 @@ def time_gemm(gemm, m: int, args, device, dtype, peak: PeakGemm) -> list[dict]:
     return rows
 
 
-def peak_tflops(peak: PeakGemm, kw: dict) -> float:
-    return peak.flops / (cuda_time_ms(peak, **kw) * 1e-3) / 1e12
+def part_times(t: dict, gemms: list, m: int) -> dict[str, float]:
+    """A part's GEMM time (ms) as the model runs it, with one best layout per weight (dW optionally
+    split), with a free pick per product; what dW beside dX would save; and its FLOPs."""
+    acc = dict.fromkeys(("model", "best_layout", "best_any", "overlap_saved", "flops"), 0.0)
+    for g in gemms:
+        ms = {(p, c): v for (name, p, c), v in t.items() if name == g.name}
+        dw_split = min((v for (p, c), v in ms.items() if p == "dW" and c.startswith("splitk")), default=float("inf"))
+        acc["model"] += sum(ms[(p, "model")] for p in PRODUCTS)
+        acc["best_layout"] += min(ms[("fwd", lay)] + ms[("dX", lay)] + min(ms[("dW", lay)], dw_split)
+                                  for lay in ("model", "w_in_out"))
+        acc["best_any"] += sum(min(v for (p, _), v in ms.items() if p == prod) for prod in PRODUCTS)
+        if ("dX+dW", "overlap") in ms:
+            acc["overlap_saved"] += ms[("dX+dW", "model")] - ms[("dX+dW", "overlap")]
+        acc["flops"] += 6 * g.c * m * g.k * g.n
+    return acc
 
 
 def best_rows(rows: list[dict], parts: dict[str, list], b: int, m: int, peak: float) -> list[dict]:
-    """Per part and the layer: time as the model runs, with one best layout per weight, and free picks."""
+    """One row per part and for the layer: :func:`part_times` and each time's % of ``peak``."""
     t = {(r["gemm"], r["product"], r["candidate"]): r["ms"] for r in rows}
-    out, total = [], {"model": 0.0, "best_layout": 0.0, "best_any": 0.0, "overlap_saved": 0.0, "flops": 0.0}
-    for part, gemms in (*parts.items(), ("layer", None)):
-        if gemms is None:
-            acc = dict(total)
-        else:
-            acc = {"model": 0.0, "best_layout": 0.0, "best_any": 0.0, "overlap_saved": 0.0, "flops": 0.0}
-            for g in gemms:
-                dw_split = min([t[(g.name, "dW", f"splitk{s}")] for s in SPLITS if (g.name, "dW", f"splitk{s}") in t],
-                               default=float("inf"))
-                per_layout = [t[(g.name, "fwd", lay)] + t[(g.name, "dX", lay)] + min(t[(g.name, "dW", lay)], dw_split)
-                              for lay in ("model", "w_in_out")]
-                acc["model"] += sum(t[(g.name, p, "model")] for p in ("fwd", "dX", "dW"))
-                acc["best_layout"] += min(per_layout)
-                acc["best_any"] += sum(min(v for (gn, p, _), v in t.items() if gn == g.name and p == prod)
-                                       for prod in ("fwd", "dX", "dW"))
-                acc["flops"] += 6 * g.c * m * g.k * g.n
-                if (g.name, "dX+dW", "overlap") in t:  # what running dW beside its dX would save
-                    acc["overlap_saved"] += t[(g.name, "dX+dW", "model")] - t[(g.name, "dX+dW", "overlap")]
-            for k in total:
-                total[k] += acc[k]
-        row = {"b": b, "part": part}
-        row["overlap_saved_ms"] = acc["overlap_saved"]
+    per_part = {part: part_times(t, gemms, m) for part, gemms in parts.items()}
+    per_part["layer"] = {k: sum(acc[k] for acc in per_part.values()) for k in per_part[next(iter(parts))]}
+    out = []
+    for part, acc in per_part.items():
+        row = {"b": b, "part": part, "overlap_saved_ms": acc["overlap_saved"]}
         for k in ("model", "best_layout", "best_any"):
             row[f"{k}_ms"] = acc[k]
             row[f"{k}_pct"] = 100 * acc["flops"] / (acc[k] * 1e-3) / 1e12 / peak
@@ -254,7 +239,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="docs/results/gemm_ops_7b_tp4")
     ap.add_argument("--triton-below", type=float, default=0.0,
-                    help="add a Triton-autotuned candidate for products where the model's GEMM is below this %% of peak")
+                    help="add a Triton-autotuned candidate where the model's product is below this %% of peak")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -263,7 +248,7 @@ def main() -> None:
     r = int(d * args.rank_ratio)
     parts = layer_gemms("btp", d, f, r, args.tp)
     meta = env_info(device)
-    peak = PeakGemm(device, dtype)
+    peak = PeakGemm(device)
     print(f"[{meta['device']}] {args.size} tp{args.tp} btp", flush=True)
     rows, summary = [], []
     for b in args.batch:
@@ -289,9 +274,9 @@ def main() -> None:
     notes = __doc__.split("\n\n", 1)[1].rsplit("\n\nGPU:", 1)[0]
     cols = ["b", "part", "model_pct", "best_layout_pct", "best_any_pct", "model_ms", "best_layout_ms",
             "best_any_ms", "overlap_saved_ms"]
-    json_path, md_path = write_results(args.out, rows, meta, f"BTP per-rank GEMMs by product ({args.size}, tp {args.tp})",
-                                       sections=[("Part time: as the model, best layout, best per product (% of measured peak)",
-                                                  summary, cols)], notes=notes)
+    title = f"BTP per-rank GEMMs by product ({args.size}, tp {args.tp})"
+    section = ("Part time: as the model, best layout, best per product (% of measured peak)", summary, cols)
+    json_path, md_path = write_results(args.out, rows, meta, title, sections=[section], notes=notes)
     print(f"wrote {json_path}, {md_path}")
     best = {}
     for row in rows:
