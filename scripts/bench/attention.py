@@ -67,7 +67,7 @@ def bench(backend: str, b: int, h: int, s: int, hd: int, layout: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="4,32,4096,64;4,32,4096,128", help="b,h,s,hd;...")
-    p.add_argument("--backends", default="cudnn,flash,flex")
+    p.add_argument("--backends", default="cudnn,flash,efficient,flex")
     p.add_argument("--out", default="docs/results/attention")
     a = p.parse_args()
     rows = []
