@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
-from common import bucket, removal_bounds, trace_buckets  # noqa: E402
+from common import bucket, interleaved_time_ms, removal_bounds, trace_buckets  # noqa: E402
 from gemm_ops import Operands, best_rows  # noqa: E402
 from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
 from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
@@ -148,3 +148,13 @@ def test_gemm_benchmarks_run_on_cpu_and_their_parts_add_up(tmp_path, script, arg
         assert have == {(g, p) for g in ("A_qkv", "B_qkv", "A_o", "B_o", "A_gu", "B_gu", "A_dn", "B_dn")
                         for p in ("fwd", "dX", "dW")}
         assert all(r["pct_peak"] == pytest.approx(100 * r["tflops"] / r["peak_tflops"]) for r in rows)
+
+
+def test_interleaved_timing_alternates_the_functions_round_by_round():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "peak")}
+    times = interleaved_time_ms(fns, warmup=1, repeats=2, rounds=3, device="cpu")
+    assert set(times) == {"a", "b", "peak"} and all(t >= 0 for t in times.values())
+    warm, timed = calls[:3], calls[3:]
+    assert warm == ["a", "b", "peak"]
+    assert timed == ["a", "a", "b", "b", "peak", "peak"] * 3  # each round visits every function in turn
