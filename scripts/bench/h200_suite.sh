@@ -2,7 +2,7 @@
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
 #   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [attention] [profile] [quality]   (default: all)
 # Extra parts, not in the default: e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
-# gemm_quick (7B tp 4, b 1/4), gemm_ops (per-product formulations), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
+# gemm_quick (7B tp 4, b 1/4), gemm_ops (per-product formulations), clocks (throughput and SM clock under sustained load), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +21,7 @@ for part in $parts; do
     gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
     gemm_ops) python scripts/bench/gemm_ops.py --out docs/results/gemm_ops_7b_tp4 &&
            python scripts/bench/gemm_ops.py --size 1B --tp 1 --batch 4 --out docs/results/gemm_ops_1b_tp1 ;;
+    clocks) python scripts/bench/clocks.py ;;
     gemm_quick) python scripts/bench/gemm_efficiency.py --quick --out docs/results/gemm_efficiency_7b_tp4 ;;
     attention) python scripts/bench/attention.py ;;
     kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
