@@ -100,8 +100,8 @@ def test_removal_bounds_by_hand():
 
 
 def test_gemm_ops_candidates_compute_the_models_products():
-    """Every formulation gemm_ops.py times (weight layout, split-K dW) equals the model's product,
-    and the check would catch one that does not."""
+    """Every formulation gemm_ops.py times (weight layout, split-K dW) equals the product's fp64
+    definition (einsum), and the check would catch one that does not."""
     import torch
     ops = Operands(c=2, m=64, k=24, n=40, device="cpu", dtype=torch.float64)
     fns = ops.products(side=None)

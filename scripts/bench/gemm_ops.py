@@ -19,10 +19,11 @@ measured peak at b = 4, ≥ 88% at b = 1):
              compiled by inductor with max-autotune restricted to its Triton GEMM templates
              (persistent TMA templates enabled): the best tuned Triton kernel for that exact shape.
 
-Every candidate is checked against ``model``'s product (same inputs) before it is timed.
+Every candidate (``model`` included) is checked against the product's fp32 definition (einsum).
 A product's candidates are timed in interleaved rounds together with an 8192³ reference GEMM, and
 each row's % of peak is against that reference in the same rounds: an H200's GEMM throughput drifts
-by 5-10% with clocks and temperature within a minute, more than most differences measured here.
+by several percent with clocks and temperature within a minute (docs/results/clocks.md), more than
+most differences measured here.
 Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``best_layout`` keeps one
 layout per weight (the faster of ``model`` / ``w_in_out`` over its three products, dW optionally
 split), ``best_any`` lets every product pick freely (a bound, not a runnable configuration).
@@ -137,22 +138,29 @@ class Operands:
             out.copy_(mm(a, b).view_as(out))  # compiles and autotunes now, outside any timing or capture
         return lambda: mm(a, b)
 
+    def reference(self, product: str) -> torch.Tensor:
+        """The product from its definition, in fp32 (einsum, independent of the candidates' layouts)."""
+        x, dy, w = (t.float() for t in (self.x, self.dy, self.w))
+        spec = {"fwd": ("cmk,cnk->cmn", x, w), "dX": ("cmn,cnk->cmk", dy, w), "dW": ("cmn,cmk->cnk", dy, x)}
+        return torch.einsum(*spec[product])
+
+    def result(self, product: str, name: str, returned) -> torch.Tensor:
+        """What candidate ``name`` computed for ``product``, in the model's layout."""
+        if name == "triton":  # returns a fresh tensor (2-D when c = 1)
+            return returned.view(self.c, *returned.shape[-2:])
+        if product == "dW" and name == "w_in_out":  # dW of the [in, out] weight
+            return self.dw_t.transpose(1, 2)
+        return {"fwd": self.y, "dX": self.dx, "dW": self.dw}[product]
+
     def check(self, fns: dict) -> None:
-        """Every candidate's product equals the model's (transposed where its layout is)."""
+        """Every candidate of fwd / dX / dW (the model's own included) equals the fp32 definition."""
         tol = dict(rtol=2e-2, atol=2e-2) if self.x.dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
-        for product, out, out_t in (("fwd", "y", None), ("dX", "dx", None), ("dW", "dw", "dw_t")):
-            fns[product]["model"]()
-            ref = getattr(self, out).float().clone()
+        for product in PRODUCTS:
+            ref = self.reference(product)
             for name, fn in fns[product].items():
-                if name == "model":
-                    continue
-                getattr(self, out).zero_()
-                res = fn()
-                if name == "triton":
-                    getattr(self, out).copy_(res.view_as(getattr(self, out)))
-                got = getattr(self, out_t if name == "w_in_out" and out_t else out).float()
-                if name == "w_in_out" and out_t:
-                    got = got.transpose(1, 2)
+                for buf in (self.y, self.dx, self.dw, self.dw_t):
+                    buf.zero_()
+                got = self.result(product, name, fn()).float()
                 torch.testing.assert_close(got, ref, **tol, msg=lambda s: f"{product}/{name}: {s}")
 
 
@@ -189,7 +197,7 @@ def time_gemm(gemm, m: int, args, device, dtype, peak: PeakGemm) -> list[dict]:
             rows.append({"gemm": gemm.name, "c": gemm.c, "m": m, "k": gemm.k, "n": gemm.n, "product": product,
                          "candidate": name, "ms": t, "tflops": tflops, "peak_tflops": local_peak,
                          "pct_peak": 100 * tflops / local_peak})
-    ops.check(fns)  # every timed candidate computes the model's product
+    ops.check(fns)  # every timed candidate computes the product's definition
     del ops
     return rows
 

@@ -34,6 +34,8 @@ def tokens_per_s(loader, batches: int, skip: int) -> float:
     ms = cuda_time_ms(lambda: tokens.append(next(it)[0]["input"].numel()), warmup=skip, repeats=batches,
                       device="cpu")
     return tokens[-1] / ms * 1e3
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="train_configs/quality_60m.toml")
