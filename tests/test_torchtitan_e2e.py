@@ -95,6 +95,14 @@ SPECS: dict[str, Spec] = {
     "dp2_tp2_lowrank": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2",
                                     "--boost.lowrank_checkpoint"), cost=33),
     "resume": Spec(2, CKPT, cost=18, resume_from="ckpt"),
+    # bf16 compute (fp32 master weights) in layouts without FSDP: tp only, pp only
+    **{name: Spec(n, tiny(*extra, "--training.mixed_precision_param", "bfloat16"), log_rank=log_rank)
+       for name, n, extra, log_rank in [("tp1_bf16", 1, (), 0), ("tp2_bf16", 2, TP2, 0),
+                                        ("pp2_bf16", 2, ("--parallelism.pipeline_parallel_degree", "2"), 1)]},
+    # full-rank Megatron + SP under torch.compile (its all-gather / reduce-scatter along the sequence)
+    "fullrank_tp1": Spec(1, tiny("--boost.tp_strategy", "fullrank", flavor="tiny_fullrank", steps=3), cost=10),
+    "compile_fullrank": Spec(2, tiny(*TP2, "--compile.enable", "--boost.tp_strategy", "fullrank",
+                                     flavor="tiny_fullrank", steps=3), cost=35),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -234,6 +242,10 @@ def _runs_for(item) -> list[str]:
         return ["tp1", "ckpt", "resume"]
     if name == "test_lowrank_checkpoint_composes":
         return {"pp": ["tp1", "pp_lowrank"], "fsdp": ["dp2", "dp2_tp2_lowrank"]}[params.get("variant", "pp")]
+    if name == "test_bf16_without_fsdp_tracks_tp1":
+        return ["tp1", "tp1_bf16", params.get("variant", "tp2_bf16")]
+    if name == "test_fullrank_tp2_compiled_matches_tp1":
+        return ["fullrank_tp1", "compile_fullrank"]
     if name == "test_clear_errors":
         return ["err_fullrank", "err_flavor"]
     return []
@@ -361,6 +373,28 @@ def test_lowrank_checkpoint_composes(runs, variant):
         run, ref = runs.get("dp2_tp2_lowrank"), runs.get("dp2")
     assert "Applied low-rank activation checkpointing" in run.log
     assert_curves_close(run.losses(), ref.losses(), range(1, 11), RTOL, f"lowrank checkpoint ({variant})")
+
+
+def test_fullrank_tp2_compiled_matches_tp1(runs):
+    """The dense twin under Megatron TP + sequence parallelism, compiled, follows its eager tp 1 run."""
+    run = runs.get("compile_fullrank")
+    assert "tp_strategy=fullrank tp=2" in run.log and "Compiling each TransformerBlock" in run.log
+    assert_curves_close(run.losses(), runs.get("fullrank_tp1").losses(), range(1, 4), RTOL, "compiled fullrank tp2")
+
+
+@pytest.mark.parametrize("variant", ["tp2_bf16", "pp2_bf16"])
+def test_bf16_without_fsdp_tracks_tp1(runs, variant):
+    """TP-only and PP-only layouts compute in bf16 (torchtitan alone would run them in fp32): their
+    losses leave the fp32 curve by bf16 rounding and follow the single-rank bf16 run (torchtitan's
+    autocast) within bf16 tolerance."""
+    run, fp32, bf16 = runs.get(variant), runs.get("tp1"), runs.get("tp1_bf16")
+    assert "Mixed precision: compute in bfloat16, fp32 master weights" in run.log
+    assert "1-rank shard mesh" in run.log
+    # fp32 layouts agree to ~1e-7 (RTOL 1e-5); bf16 rounding moves this tiny model's loss by ~5e-5
+    losses = run.losses()
+    assert max(abs(losses[s] - fp32.losses()[s]) / fp32.losses()[s] for s in range(1, 11)) > 1.5e-5, \
+        "the bf16 run matches the fp32 one: it did not compute in bf16"
+    assert_curves_close(losses, bf16.losses(), range(1, 11), 2e-3, f"{variant} vs tp1 bf16")
 
 
 def test_clear_errors(runs):

@@ -5,6 +5,7 @@ Same order and knobs as torchtitan's llama3; the TP plan comes from ``[boost] tp
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torchtitan.config import TORCH_DTYPE_MAP
@@ -53,18 +54,44 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     elif compile_model:
         apply_compile(model, job_config.compile)
 
+    fsdp = dict(param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
+                reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
+                pp_enabled=parallel_dims.pp_enabled, cpu_offload=job_config.training.enable_cpu_offload,
+                reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward)
     if parallel_dims.fsdp_enabled:
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
-        apply_fsdp(model, parallel_dims.get_mesh(names),
-                   param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
-                   reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
-                   pp_enabled=parallel_dims.pp_enabled,
-                   cpu_offload=job_config.training.enable_cpu_offload,
-                   reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward)
+        apply_fsdp(model, parallel_dims.get_mesh(names), **fsdp)
         logger.info("Applied FSDP2 to the model")
+        _log_precision(job_config, "FSDP2's MixedPrecisionPolicy")
+    elif (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and fsdp["param_dtype"] != torch.float32:
+        # torchtitan 0.2.2 runs TP/PP layouts without FSDP in fp32: its autocast path is for DDP and
+        # single-device runs only (distributed/utils.py maybe_enable_amp). FSDP2 on the 1-rank shard
+        # mesh that ParallelDims builds anyway gives them FSDP's own mixed precision: bf16 compute
+        # copies of the fp32 master weights, fp32 gradients; FSDP2 issues no collective on a 1-rank
+        # mesh. With dp_replicate > 1 the same wrapping is HSDP with shard size 1 (fp32 all-reduce).
+        names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
+        apply_fsdp(model, _dense_mesh(parallel_dims, names), **fsdp)
+        _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh (no data sharding); "
+                       "torchtitan's 'Mixed precision training is disabled' refers to its autocast path")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     return model
+
+
+def _dense_mesh(parallel_dims, names: list[str]):
+    """``parallel_dims.get_mesh(names)`` also where a dim has size 1 (``get_mesh`` refuses those).
+
+    torchtitan 0.2.2 builds every dim of its dense ``(pp, dp_replicate, fsdp, tp)`` mesh, size-1 ones
+    included (on a fake 1-rank backend); ``_global_meshes`` is where it keeps that mesh.
+    """
+    parallel_dims.get_optional_mesh("tp")  # builds the meshes if nobody has yet
+    return parallel_dims._global_meshes["dense"][tuple(names)] if len(names) > 1 else parallel_dims._meshes[names[0]]
+
+
+def _log_precision(job_config, mechanism: str) -> None:
+    t = job_config.training
+    logger.info(f"Mixed precision: compute in {t.mixed_precision_param}, fp32 master weights, gradients reduced "
+                f"in {t.mixed_precision_reduce} (by {mechanism})")
 
 
 def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offload=False,

@@ -21,26 +21,41 @@ rank-local (so the gradient is partial too: a norm statistic over a sharded dim)
 from __future__ import annotations
 
 import torch
-import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
 
-
-def _all_reduce(x, group: str):
-    return funcol.wait_tensor(funcol.all_reduce(x.contiguous(), "sum", group))
-
-
-def _all_gather(x, dim, group: str):
-    return funcol.wait_tensor(funcol.all_gather_single(x.contiguous(), dim, group))
-
-
-def _reduce_scatter(x, dim, group: str):
-    return funcol.wait_tensor(funcol.reduce_scatter_single(x.contiguous(), "sum", dim, group))
+# The ``_c10d_functional`` ops are what ``torch.distributed._functional_collectives`` lowers to, under
+# the same names and signatures on every torch this package supports (2.11 … 2.13). The Python
+# wrappers are not: torch 2.11 has no ``all_gather_single`` / ``reduce_scatter_single``, and its
+# ``all_gather_tensor`` calls ``torch._utils._maybe_view_chunk_cat``, which dynamo refuses to trace.
+# Collectives along a dim other than 0 move that dim through dim 0 with one chunk/cat, as the
+# wrappers do.
+_ops = torch.ops._c10d_functional
 
 
-def _group(mesh: DeviceMesh | str) -> str:
-    """The process group's name: a plain string is all the autograd functions keep (a DeviceMesh
+def _all_reduce(x, group):
+    name, _ = group
+    return _ops.wait_tensor(_ops.all_reduce(x.contiguous(), "sum", name))
+
+
+def _all_gather(x, dim, group):
+    name, size = group
+    out = _ops.wait_tensor(_ops.all_gather_into_tensor(x.contiguous(), size, name))
+    return out if dim == 0 else torch.cat(out.chunk(size, dim=0), dim=dim)
+
+
+def _reduce_scatter(x, dim, group):
+    name, size = group
+    if dim != 0:
+        x = torch.cat(x.chunk(size, dim=dim), dim=0)
+    return _ops.wait_tensor(_ops.reduce_scatter_tensor(x.contiguous(), "sum", size, name))
+
+
+def _group(mesh: DeviceMesh | tuple[str, int]) -> tuple[str, int]:
+    """(process-group name, size): plain values are all the autograd functions keep (a DeviceMesh
     saved on ctx breaks AOTAutograd inside selective-checkpoint regions under torch.compile)."""
-    return mesh if isinstance(mesh, str) else mesh.get_group().group_name
+    if isinstance(mesh, tuple):
+        return mesh
+    return mesh.get_group().group_name, mesh.size()
 
 
 class _Reduce(torch.autograd.Function):

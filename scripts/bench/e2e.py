@@ -50,14 +50,22 @@ def _seconds(hms: str) -> int:
     return 3600 * h + 60 * m + s
 
 
-def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path) -> dict:
+def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None) -> dict:
     """One ``scripts/run_train.sh`` run; returns its parsed per-step log.
 
+    ``emulate_rank``: instead, one process plays that rank of an ``ngpu`` layout on the fake
+    communication backend (``torchtitan_ext.emulate``): its real kernels, no collective.
     ``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
     ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``.
     """
-    cmd = ["./scripts/run_train.sh", *overrides]
     env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
+    if emulate_rank is None:
+        cmd = ["./scripts/run_train.sh", *overrides]
+    else:
+        cmd = ["python3", "-m", "torchtitan_ext.emulate", "--job.config_file", config, *overrides,
+               "--comm.mode", "fake_backend"]
+        env.update(EMULATE_RANK=str(emulate_rank), LOCAL_RANK="0",
+                   PYTHONPATH=f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT))
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     log = ANSI.sub("", proc.stdout + proc.stderr)
@@ -75,7 +83,8 @@ def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path) -> d
               flush=True)
     return {"steps": steps, "validation": [(int(a), float(b)) for a, b in VALIDATION.findall(log)],
             "tokens_per_step": int(batch[1]) * int(batch[2]) if batch else 0, "ok": ok,
-            "command": f"NGPU={ngpu} CONFIG_FILE={config} " + " ".join(cmd)}
+            "command": (f"NGPU={ngpu} CONFIG_FILE={config} " if emulate_rank is None else
+                        f"NGPU={ngpu} EMULATE_RANK={emulate_rank} LOCAL_RANK=0 ") + " ".join(cmd)}
 
 
 def summarize(name: str, rows: list[dict], skip: int, command: str, tokens_per_step: int) -> dict:

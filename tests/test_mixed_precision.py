@@ -1,0 +1,88 @@
+"""Mixed precision in every layout: the family's ``parallelize_fn`` on gloo ranks, as torchtitan calls it.
+
+torchtitan 0.2.2 disables mixed precision for TP or PP without FSDP; ``parallelize_cola`` gives those
+layouts FSDP2's MixedPrecisionPolicy on the 1-rank shard mesh. Observed here directly: the dtype the
+projections compute in, the dtype of the master weights and of their gradients, and that the bf16
+forward really differs from the fp32 one (the end-to-end loss curves are in test_torchtitan_e2e).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
+
+from dist import TINY, run_distributed
+
+CONFIG = "train_configs/debug_cpu.toml"
+
+
+def _job_config(*overrides: str):
+    import torchtitan_ext  # noqa: F401  (registers the family and, on CPU, the shim)
+    from torchtitan.config import ConfigManager
+
+    return ConfigManager().parse_args(["--job.config_file", CONFIG, *overrides])
+
+
+def _forward_dtypes(rank, world_size, layout: dict, precision: str, out):
+    from torchtitan.distributed import ParallelDims
+
+    from boost_titan.models import Transformer
+    from torchtitan_ext.parallelize import parallelize_cola
+
+    job = _job_config("--training.mixed_precision_param", precision,
+                      "--parallelism.tensor_parallel_degree", str(layout.get("tp", 1)),
+                      "--parallelism.data_parallel_shard_degree", str(layout.get("dp_shard", 1)))
+    dims = ParallelDims(dp_replicate=1, dp_shard=layout.get("dp_shard", 1), cp=1, tp=layout.get("tp", 1), pp=1,
+                        ep=1, etp=1, world_size=world_size)
+    dims.build_mesh()
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = Transformer(TINY)
+    parallelize_cola(model, dims, job)
+    model.to_empty(device="cpu")
+    model.init_weights()
+
+    seen = {}
+    qkv = model.layers["0"].attention.qkv
+
+    def record(module, inputs, outputs):
+        seen.setdefault("qkv_out", outputs[0].dtype)
+
+    qkv.register_forward_hook(record)
+    tokens = torch.randint(0, TINY.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    logits = model(tokens)
+    with loss_parallel() if isinstance(logits, DTensor) else torch.enable_grad():
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+        loss.backward()
+    params = list(model.parameters())
+    if rank == 0:
+        out.update(qkv_out=str(seen["qkv_out"]), logits=str(logits.dtype), loss=loss.item(),
+                   param_dtypes=sorted({str(p.dtype) for p in params}),
+                   grad_dtypes=sorted({str(p.grad.dtype) for p in params}))
+
+
+def _run(rank, world_size, layout, path):
+    results = {}
+    for precision in ("float32", "bfloat16"):
+        results[precision] = {}
+        _forward_dtypes(rank, world_size, layout, precision, results[precision])
+    if rank == 0:
+        torch.save(results, path)
+
+
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"tp": 2, "dp_shard": 2}], ids=["tp2", "fsdp2_tp2"])
+def test_projections_compute_in_bf16_with_fp32_master_weights(layout, tmp_path):
+    world = layout.get("tp", 1) * layout.get("dp_shard", 1)
+    run_distributed(_run, world, layout, str(tmp_path / "r.pt"))
+    res = torch.load(tmp_path / "r.pt")
+    fp32, bf16 = res["float32"], res["bfloat16"]
+    assert fp32["qkv_out"] == "torch.float32" and fp32["logits"] == "torch.float32"
+    assert bf16["qkv_out"] == "torch.bfloat16" and bf16["logits"] == "torch.bfloat16"
+    for r in (fp32, bf16):  # master weights and their gradients stay fp32 in both
+        assert r["param_dtypes"] == ["torch.float32"] and r["grad_dtypes"] == ["torch.float32"], r
+    # same weights, same tokens: bf16 rounding moves the loss, but only by bf16's resolution
+    rel = abs(bf16["loss"] - fp32["loss"]) / fp32["loss"]
+    assert 1e-6 < rel < 2e-2, (fp32["loss"], bf16["loss"])
