@@ -99,6 +99,13 @@ SPECS: dict[str, Spec] = {
     **{name: Spec(n, tiny(*extra, "--training.mixed_precision_param", "bfloat16"), log_rank=log_rank)
        for name, n, extra, log_rank in [("tp1_bf16", 1, (), 0), ("tp2_bf16", 2, TP2, 0),
                                         ("pp2_bf16", 2, ("--parallelism.pipeline_parallel_degree", "2"), 1)]},
+    # a tied embedding / lm_head split across pipeline stages (1F1B × TP2; interleaved, 4 stages on 2 ranks)
+    "tp1_tied": Spec(1, tiny(flavor="tiny_tied"), cost=10),
+    "pp_tied": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2", flavor="tiny_tied"),
+                    log_rank=2, cost=27),
+    "pp_tied_interleaved": Spec(2, tiny("--parallelism.pipeline_parallel_degree", "2",
+                                        "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+                                        flavor="tiny_tied"), log_rank=1, cost=20),
     # full-rank Megatron + SP under torch.compile (its all-gather / reduce-scatter along the sequence)
     "fullrank_tp1": Spec(1, tiny("--boost.tp_strategy", "fullrank", flavor="tiny_fullrank", steps=3), cost=10),
     "compile_fullrank": Spec(2, tiny(*TP2, "--compile.enable", "--boost.tp_strategy", "fullrank",
@@ -244,6 +251,8 @@ def _runs_for(item) -> list[str]:
         return {"pp": ["tp1", "pp_lowrank"], "fsdp": ["dp2", "dp2_tp2_lowrank"]}[params.get("variant", "pp")]
     if name == "test_bf16_without_fsdp_tracks_tp1":
         return ["tp1", "tp1_bf16", params.get("variant", "tp2_bf16")]
+    if name == "test_pp_keeps_tied_embeddings_tied":
+        return ["tp1_tied", params.get("variant", "pp_tied")]
     if name == "test_fullrank_tp2_compiled_matches_tp1":
         return ["fullrank_tp1", "compile_fullrank"]
     if name == "test_clear_errors":
@@ -373,6 +382,15 @@ def test_lowrank_checkpoint_composes(runs, variant):
         run, ref = runs.get("dp2_tp2_lowrank"), runs.get("dp2")
     assert "Applied low-rank activation checkpointing" in run.log
     assert_curves_close(run.losses(), ref.losses(), range(1, 11), RTOL, f"lowrank checkpoint ({variant})")
+
+
+@pytest.mark.parametrize("variant", ["pp_tied", "pp_tied_interleaved"])
+def test_pp_keeps_tied_embeddings_tied(runs, variant):
+    """A tied embedding / lm_head on the first and last pipeline stages trains as the one matrix of the
+    single-rank model: the mirror's gradient is folded into the owner's, the owner's update copied back."""
+    run = runs.get(variant)
+    assert "Tied embedding / lm_head across pipeline stages" in run.log
+    assert_curves_close(run.losses(), runs.get("tp1_tied").losses(), range(1, 11), RTOL, f"{variant} vs tp1 tied")
 
 
 def test_fullrank_tp2_compiled_matches_tp1(runs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torchtitan.components.loss import build_cross_entropy_loss, cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
@@ -12,6 +14,7 @@ from torchtitan.tools.logging import logger
 
 from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.models import FLAVORS, Transformer
+from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
 from .parallelize import parallelize_cola
 
@@ -19,10 +22,45 @@ NAME = "cola_llama"
 
 
 def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn):
+    """torchtitan's ``pipeline_llm``; a tied embedding / lm_head is kept tied across the stages.
+
+    The first stage's embedding owns the matrix, the last stage's lm_head mirrors it
+    (:class:`~boost_titan.parallel.pipeline.TiedPipelineEmbeddings`): the schedule's ``step`` is
+    wrapped to fold the mirror's gradient into the owner's after the train step's last backward (the
+    loop calls ``step`` once per gradient-accumulation microbatch), and :func:`build_optimizers_cola`
+    refreshes the mirror after every optimizer step.
+    """
+    schedule, parts, has_first, has_last = pipeline_llm(model, parallel_dims, job_config, device, model_args,
+                                                       parallelize_fn, loss_fn)
     if model_args.tie_embeddings:
-        raise ValueError("pipeline parallelism needs untied embeddings: the embedding and the lm_head sit on "
-                         "different stages (set tie_embeddings=False, e.g. a flavor without tying)")
-    return pipeline_llm(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn)
+        tied = TiedPipelineEmbeddings(parts, parallel_dims.get_mesh("pp"))
+        training = job_config.training
+        batch = training.local_batch_size * parallel_dims.dp_replicate * parallel_dims.dp_shard
+        accumulation = max(training.global_batch_size, batch) // batch  # as torchtitan's Trainer computes it
+        step, calls = schedule.step, itertools.count(1)
+
+        def step_then_reduce_tied_grads(*args, **kwargs):
+            out = step(*args, **kwargs)
+            if next(calls) % accumulation == 0:
+                tied.reduce_grads()
+            return out
+
+        schedule.step = step_then_reduce_tied_grads
+        for part in parts:
+            part.tied_pipeline_embeddings = tied
+        logger.info("Tied embedding / lm_head across pipeline stages: the last stage mirrors the first "
+                    "stage's matrix (gradients summed once per step, weights copied after each optimizer step)")
+    return schedule, parts, has_first, has_last
+
+
+def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None):
+    """torchtitan's optimizers; with a tied matrix split across pipeline stages, its mirror is
+    refreshed after every step (see :func:`pipeline_cola`)."""
+    optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+    tied = getattr(model_parts[0], "tied_pipeline_embeddings", None)
+    if tied is not None:
+        optimizers.register_step_post_hook(lambda *args, **kwargs: tied.copy_weight())
+    return optimizers
 
 
 def build_loss(job_config, parallel_dims=None, **kwargs):
@@ -50,7 +88,7 @@ def train_spec() -> TrainSpec:
         model_args=FLAVORS,
         parallelize_fn=parallelize_cola,
         pipelining_fn=pipeline_cola,
-        build_optimizers_fn=build_optimizers,
+        build_optimizers_fn=build_optimizers_cola,
         build_lr_schedulers_fn=build_lr_schedulers,
         build_dataloader_fn=build_dataloader,
         build_tokenizer_fn=build_tokenizer,

@@ -5,6 +5,7 @@ from .args import TransformerArgs
 _COLA = {
     # name:      dim, layers, heads, ffn,  rank, vocab, tied
     "tiny": (64, 2, 4, 160, 16, 512, False),  # tests: fast on CPU (synthetic tokens)
+    "tiny_tied": (64, 2, 4, 160, 16, 512, True),  # tests: a tied embedding / lm_head, as 1B-30B
     "debugmodel": (256, 4, 8, 768, 64, 50304, False),  # vocab covers the shipped GPT-2 tokenizer
     "60M": (512, 8, 8, 1344, 128, 32000, False),
     "1B": (2048, 24, 32, 5472, 512, 32000, True),

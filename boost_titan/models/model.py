@@ -272,7 +272,10 @@ class Transformer(ModelProtocol):
                     continue
                 seen.add(id(param))
                 std = None if isinstance(module, RMSNorm) else getattr(module, "init_std", self.model_args.init_std)
-                init_parameter(param, canonical_name(f"{mod_name}.{p_name}"), std, self.model_args.init_seed)
+                name = canonical_name(f"{mod_name}.{p_name}")
+                if name == "output.weight" and self.model_args.tie_embeddings:
+                    name = "tok_embeddings.weight"  # a pipeline stage's lm_head mirrors the first stage's embedding
+                init_parameter(param, name, std, self.model_args.init_seed)
 
 
 def canonical_name(name: str) -> str:
