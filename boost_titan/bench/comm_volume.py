@@ -106,6 +106,35 @@ def layer_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int,
     return recorder.calls
 
 
+def model_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: int, *,
+                      rmsnorm: str = "online", dtype: torch.dtype = torch.bfloat16) -> tuple[list[Collective], int]:
+    """Forward + backward TP collectives of the whole model (embedding, every layer, final norm, lm_head
+    and loss-parallel cross-entropy) on one rank, and that rank's parameter count (its TP shards).
+
+    The small loss-parallel all-reduces of ``[b·s]`` statistics go through c10d rather than the
+    functional ops and are not in the list (three per step, a few tens of KiB each).
+    """
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    args = args.replace(max_seq_len=seq)
+    with fake_world(tp) as mesh:
+        with torch.device("meta"):
+            model = Transformer(args).to(dtype)
+        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
+        local_params = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters())
+        tokens = torch.empty(batch, seq, dtype=torch.long, device="meta")
+        recorder = CollectiveRecorder(tp)
+        with recorder:
+            logits = model(tokens)
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+                recorder.phase = "backward"
+                loss.backward()
+    return recorder.calls, local_params
+
+
 def summarize(calls: list[Collective]) -> dict:
     out = {}
     for phase in ("forward", "backward"):

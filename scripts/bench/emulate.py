@@ -1,17 +1,23 @@
 """Each rank's compute in BOOST's multi-GPU layouts (Fig. 5), on ONE GPU, through the fake backend.
 
-Every row is torchtitan's own loop (``torchtitan_ext.emulate``: one process plays one rank of an
-``--gpus`` layout; its kernels are real and run at the rank's real shapes, every collective returns
-at once). What a row measures is therefore the rank's *compute* per step and its peak memory:
-**emulated**, not a multi-GPU run. Communication is not in these times (see the communication model).
+Every row is torchtitan's own loop (``torchtitan_ext.emulate``: one process plays rank 0 of the
+layout; its kernels are real and run at the rank's real shapes, every collective returns at once).
+What a row measures is therefore the rank's *compute* per step and its peak memory: **emulated**,
+not a multi-GPU run. Communication is added by the α–β model (:mod:`boost_titan.bench.comm_model`),
+which makes the ``pred_*`` columns **predicted**.
 
-Rows: the layout of each flavor on an 8-GPU node as BOOST runs it (3B tp 2, 7B tp 4, data parallel
-over the rest through FSDP2) for btp / vanilla / fullrank, plus a tp 1 row of the same flavor and
-local batch (FSDP only) as the reference for how well a rank's work splits: ``split_eff`` is the
-share of the tp 1 per-GPU rate that the rank keeps (1.0 = a perfect tp-way split of the tp 1 step).
+Rows: BOOST's layouts (3B tp 2 on 2 GPUs, 7B tp 4 on 4, 13B tp 4 × pp 2 on 8; no data parallelism)
+for btp / vanilla / fullrank, plus a tp 1 row of the same flavor and local batch (FSDP over 2 GPUs)
+as the reference for how well a rank's work splits: ``split_eff`` is the share of the tp 1
+per-GPU rate that the rank keeps (1.0 = a perfect tp-way split of the tp 1 step).
 
-    python scripts/bench/emulate.py --rows 7B --batch 4 --out docs/results/emulate_7b
-    python scripts/bench/emulate.py --rows 7B:btp --batch 4 --profile --out docs/results/emulate_7b_btp_profile
+A pipeline layout is emulated without its pipeline (the fake backend cannot build torch's pipeline
+stages, whose shape exchange is itself a collective): the rank's compute of the whole model at its
+tp and microbatch size 1, which the model splits into pp equal stages and schedules as 1F1B over
+``--batch`` microbatches.
+
+    python scripts/bench/emulate.py --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
+    python scripts/bench/emulate.py --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
 """
 
 from __future__ import annotations
@@ -24,24 +30,35 @@ from pathlib import Path
 from common import bucket_rows, env_info, print_table, trace_buckets, write_results
 from e2e import ROOT, run_train
 
+from boost_titan.bench import comm_model
+from boost_titan.bench.comm_volume import model_collectives
+from boost_titan.models import FLAVORS
+
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
-LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1},  # BOOST Fig. 5 (13B tp 4 × pp 2: not yet)
-           "tiny": {"tp": 2, "pp": 1}}  # CPU smoke test
+LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
+           "tiny": {"tp": 2, "pp": 1}}  # tiny: CPU smoke test
 STRATEGIES = ("btp", "vanilla", "fullrank")
+BOOST_A100 = {  # BOOST Fig. 5, s per step (A100 80GB, mbz 4, seq 4096): fullrank, vanilla, btp
+    "3B": (1.14, 1.41, 0.78), "7B": (1.06, 1.64, 0.72), "13B": (2.07, 2.42, 1.30)}
 
 
-def row_specs(rows: str, gpus: int) -> list[dict]:
+def row_specs(rows: str) -> list[dict]:
     """``7B`` (all strategies + the tp 1 reference) or ``7B:btp,vanilla`` → run specs."""
     specs = []
     for item in rows.split(";"):
         flavor, _, names = item.partition(":")
         layout = LAYOUTS[flavor]
         for strategy in (names.split(",") if names else ["tp1", *STRATEGIES]):
-            tp, pp = (1, 1) if strategy == "tp1" else (layout["tp"], layout["pp"])
-            if gpus % (tp * pp):
-                raise ValueError(f"--gpus {gpus} is not divisible by tp·pp = {tp * pp}")
-            specs.append({"flavor": flavor, "strategy": strategy, "tp": tp, "pp": pp, "dp": gpus // (tp * pp)})
+            if strategy == "tp1":
+                specs.append({"flavor": flavor, "strategy": "tp1", "tp": 1, "pp": 1, "dp": 2})
+            else:
+                specs.append({"flavor": flavor, "strategy": strategy, "tp": layout["tp"], "pp": layout["pp"],
+                              "dp": 1})
     return specs
+
+
+def emulated_batch(spec: dict, batch: int) -> int:
+    return 1 if spec["pp"] > 1 else batch  # a pipeline rank computes microbatches of 1
 
 
 def overrides(spec: dict, batch: int, steps: int, seq_len: int) -> list[str]:
@@ -49,9 +66,8 @@ def overrides(spec: dict, batch: int, steps: int, seq_len: int) -> list[str]:
     strategy = "btp" if spec["strategy"] == "tp1" else spec["strategy"]
     return ["--model.flavor", spec["flavor"] + ("_fullrank" if fullrank else ""), "--boost.tp_strategy", strategy,
             "--parallelism.tensor_parallel_degree", str(spec["tp"]),
-            "--parallelism.pipeline_parallel_degree", str(spec["pp"]),
             "--parallelism.data_parallel_shard_degree", str(spec["dp"]),
-            "--training.local_batch_size", str(batch), "--training.seq_len", str(seq_len),
+            "--training.local_batch_size", str(emulated_batch(spec, batch)), "--training.seq_len", str(seq_len),
             "--training.steps", str(steps), "--metrics.log_freq", "1", "--compile.enable"]
 
 
@@ -61,7 +77,7 @@ def summarize(spec: dict, run: dict, skip: int, batch: int) -> dict:
         return {**spec, "batch": batch, "ok": False, "command": run["command"]}
     tps = statistics.median(r["tps"] for r in timed)  # tokens/s per device (torchtitan divides by tp·pp)
     return {**spec, "batch": batch, "ok": True, "kind": "emulated",
-            "step_s": run["tokens_per_step"] / (tps * spec["tp"] * spec["pp"]),
+            "step_s": run["tokens_per_step"] / (tps * spec["tp"]),  # of the emulated (pipeline-free) rank
             "tokens_per_s_gpu": tps, "tflops": statistics.median(r["tflops"] for r in timed),
             "mfu_pct": statistics.median(r["mfu"] for r in timed),
             "peak_mem_gib": max(r["mem_gib"] for r in run["steps"]), "command": run["command"]}
@@ -73,17 +89,55 @@ def add_split_efficiency(rows: list[dict]) -> None:
     for r in rows:
         ref = next((x for x in rows if x["flavor"] == r["flavor"] and x["strategy"] == "tp1"
                     and x["batch"] == r["batch"] and x.get("ok")), None)
-        if ref is None or not r.get("ok") or r["strategy"] in ("tp1", "fullrank"):
+        if ref is None or not r.get("ok") or r["strategy"] in ("tp1", "fullrank") or r["pp"] > 1:
             continue
         r["perfect_s"] = ref["step_s"] / r["tp"]
         r["split_eff"] = r["perfect_s"] / r["step_s"]
+
+
+def predict(row: dict, batch: int, seq: int) -> dict:
+    """PREDICTED step time of the layout: the emulated compute plus the α–β model's communication."""
+    flavor = row["flavor"] + ("_fullrank" if row["strategy"] == "fullrank" else "")
+    args, tp, pp = FLAVORS[flavor], row["tp"], row["pp"]
+    calls, _ = model_collectives(row["strategy"], args, tp, emulated_batch(row, batch), seq)
+    tp_s = comm_model.tp_seconds(calls, tp)
+    if pp == 1:  # no data parallelism in these layouts: no FSDP traffic
+        step = comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s
+    else:  # one microbatch of the whole model / pp = one stage slot; activations [1, s, d] cross stages
+        width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[row["strategy"]]
+        tokens = seq // tp if row["strategy"] == "fullrank" else seq
+        step = comm_model.pipeline_step_seconds((row["step_s"] + tp_s) / pp, batch, pp, tokens * width * 2)
+    return {"pred_tp_comm_s": tp_s, "pred_step_s": step}
+
+
+def add_predictions(rows: list[dict], seq: int) -> list[dict]:
+    """Predicted step times per layout and batch, with speed-ups and BOOST's A100 numbers beside them."""
+    table = []
+    for r in rows:
+        if r.get("ok") and r["strategy"] != "tp1":
+            r.update(predict(r, r["batch"], seq))
+    for (flavor, batch) in dict.fromkeys((r["flavor"], r["batch"]) for r in rows):
+        by = {r["strategy"]: r for r in rows if (r["flavor"], r["batch"]) == (flavor, batch) and "pred_step_s" in r}
+        if not by:
+            continue
+        layout = LAYOUTS[flavor]
+        entry = {"flavor": flavor, "layout": f"tp {layout['tp']} x pp {layout['pp']}", "batch": batch,
+                 **{f"{s}_s": by[s]["pred_step_s"] for s in STRATEGIES if s in by}}
+        if "btp" in by and "fullrank" in by:
+            entry["btp_vs_fullrank"] = by["fullrank"]["pred_step_s"] / by["btp"]["pred_step_s"]
+        if "btp" in by and "vanilla" in by:
+            entry["btp_vs_vanilla"] = by["vanilla"]["pred_step_s"] / by["btp"]["pred_step_s"]
+        if flavor in BOOST_A100 and batch == 4:
+            fr, va, bt = BOOST_A100[flavor]
+            entry |= {"boost_a100": f"{fr} / {va} / {bt} s", "boost_vs_fr_va": f"{fr / bt:.2f}x / {va / bt:.2f}x"}
+        table.append(entry)
+    return table
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="3B;7B", help='";"-separated flavors, each optionally ":strategy,..."')
     p.add_argument("--batch", default="4", help="local batch sizes, comma-separated")
-    p.add_argument("--gpus", type=int, default=8, help="the emulated node's GPU count")
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--skip", type=int, default=5, help="warm-up steps (compilation) left out of the medians")
@@ -95,7 +149,7 @@ def main() -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     rows, profiles = [], []
     for batch in map(int, a.batch.split(",")):
-        for spec in row_specs(a.rows, a.gpus):
+        for spec in row_specs(a.rows):
             name = f"{spec['flavor']}_{spec['strategy']}_b{batch}"
             dump = ROOT / "outputs" / "emulate" / name
             profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
@@ -103,7 +157,7 @@ def main() -> None:
                          "--profiling.save_traces_folder", "traces"] if a.profile else []
             shutil.rmtree(dump / "traces", ignore_errors=True)
             run = run_train(CONFIG, overrides(spec, batch, a.steps, a.seq_len) + profiling + a.extra.split(),
-                            a.gpus, log_dir / f"{name}.log", emulate_rank=0)
+                            spec["tp"] * spec["dp"], log_dir / f"{name}.log", emulate_rank=0)
             if a.profile:
                 run["steps"] = [r for r in run["steps"] if r["step"] <= a.steps - 2]  # traced steps left out
                 trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
@@ -112,18 +166,31 @@ def main() -> None:
             rows.append(summarize(spec, run, a.skip, batch))
             print_table([rows[-1]], ["flavor", "strategy", "tp", "dp", "batch", "step_s", "tflops", "peak_mem_gib"])
     add_split_efficiency(rows)
+    fig5 = add_predictions(rows, a.seq_len)
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
-            "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib"]
-    sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if profiles else []
-    write_results(a.out, rows, env_info(), f"Per-rank compute of {a.gpus}-GPU layouts, emulated on one GPU "
-                  "(torchtitan fake backend: collectives cost nothing)", columns=cols, sections=sections,
-                  notes="EMULATED: one process plays rank 0 of the layout with real kernels at its real shapes; "
-                        "no collective runs, so step_s is the rank's compute only. compiled, bf16, seq "
-                        f"{a.seq_len}, synthetic tokens. perfect_s = tp 1 step / tp (same flavor and local batch, FSDP "
-                        "over the node); split_eff = perfect_s / step_s (1.0: a perfect split).")
+            "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib", "pred_tp_comm_s", "pred_step_s"]
+    fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
+                 "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va"]
+    link = comm_model.H200_NODE
+    sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)]
+    if profiles:
+        sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
+    write_results(a.out, rows, env_info(), "Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU "
+                  "(torchtitan fake backend: collectives cost nothing), and predicted step times",
+                  columns=cols, sections=sections,
+                  notes="EMULATED (step_s ... peak_mem_gib): one process plays rank 0 of the layout with real "
+                        "kernels at its real shapes; no collective runs, so step_s is the rank's compute only. "
+                        f"compiled, bf16, seq {a.seq_len}, synthetic tokens. perfect_s = tp 1 step / tp (same "
+                        "flavor and local batch, FSDP over 2 GPUs); split_eff = perfect_s / step_s. A pp > 1 row "
+                        "is the whole model at microbatch 1 without its pipeline. PREDICTED (pred_*): TP "
+                        f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
+                        f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
+                        "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over `batch` "
+                        "microbatches of 1.")
     if profiles:
         print_table(profiles)
     print_table(rows, cols)
+    print_table(fig5, fig5_cols)
 
 
 if __name__ == "__main__":

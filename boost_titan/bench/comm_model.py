@@ -1,0 +1,108 @@
+"""An α–β model of a training step's communication on one 8-GPU NVSwitch node (PREDICTED numbers).
+
+What is counted comes from the real model (:func:`boost_titan.bench.comm_volume.model_collectives`:
+every TP collective of forward and backward, and the rank's parameter count); what a collective
+costs comes from public NCCL measurements, not from this project (no multi-GPU machine was lent):
+
+* ``bus_bw`` 370 GB/s: NCCL's bus bandwidth on NVLink 4 (H100/H200, 450 GB/s line rate per
+  direction) once protocol overhead is paid, with the ring algorithm, i.e. without NVLink SHARP
+  (NVLS), which is off on the lent machines. NCCL maintainers quote ~370 GB/s for ring and for
+  non-all-reduce collectives (NVIDIA/nccl-tests#212); users measure 368.8 GB/s with NVLS disabled
+  (NVIDIA/nccl-tests#309).
+* ``alpha_s`` 15 µs: the fixed cost of one collective launched from PyTorch without CUDA graphs
+  (nccl-tests shows single-digit µs with graphs, NCCL's tuner estimates ~25 µs for tiny ring
+  all-reduces on H100 nodes: NVIDIA/nccl#1453, #1984); it matters only for the small collectives.
+
+Time of one collective over ``t`` ranks on a tensor of ``n`` bytes (the full tensor: the
+all-reduce's input, the all-gather's output, the reduce-scatter's input), NCCL's bus-bandwidth
+convention: all-reduce ``α + 2(t−1)/t · n / bus_bw``; all-gather, reduce-scatter ``α + (t−1)/t · n / bus_bw``;
+point-to-point ``α + n / bus_bw``. The model ignores that mid-size messages (≲ 16 MiB) reach less than
+the peak bus bandwidth, so it is optimistic there.
+
+Which time is exposed (on the critical path of the step):
+
+* TP collectives of btp, vanilla and Megatron+SP: all of them (each is waited for by the very next
+  kernel; nothing overlaps them in this implementation).
+* FSDP2's all-gathers and reduce-scatters: prefetched and overlapped with compute; only what exceeds
+  the step's compute is exposed.
+* Pipeline parallelism (1F1B, ``m`` microbatches, ``p`` stages): the step takes ``m + p − 1`` stage
+  slots instead of ``m`` (the bubble), plus one activation send each way per slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boost_titan.bench.comm_volume import Collective
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    alpha_s: float = 15e-6
+    bus_bw: float = 370e9
+    name: str = "8x H200 SXM, NVSwitch (NVLink 4), NCCL ring, NVLink SHARP off"
+
+
+H200_NODE = Interconnect()
+
+
+def full_bytes(c: Collective) -> int:
+    n = c.itemsize
+    for s in c.shape:
+        n *= s
+    return n
+
+
+def collective_seconds(kind: str, nbytes: float, ranks: int, link: Interconnect = H200_NODE) -> float:
+    """α–β time of one collective over ``ranks`` ranks on a full tensor of ``nbytes``."""
+    if ranks == 1:
+        return 0.0
+    factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
+              "reduce_scatter": (ranks - 1) / ranks, "p2p": 1.0}[kind]
+    return link.alpha_s + factor * nbytes / link.bus_bw
+
+
+def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE) -> float:
+    """Exposed TP communication of one step: every collective, one after another."""
+    return sum(collective_seconds(c.kind, full_bytes(c), tp, link) for c in calls)
+
+
+def fsdp_seconds(local_params: int, dp: int, link: Interconnect = H200_NODE, groups: int = 1,
+                 param_bytes: int = 2, grad_bytes: int = 4, regather_in_backward: bool = True) -> float:
+    """FSDP2 traffic of one step for a rank holding ``local_params`` (its TP shards) before FSDP:
+    all-gather of the bf16 parameters in forward (again in backward when resharded after forward)
+    and reduce-scatter of the fp32 gradients, in ``groups`` FSDP units (one α per unit and collective)."""
+    if dp == 1:
+        return 0.0
+    gathers = 2 if regather_in_backward else 1
+    ag = collective_seconds("all_gather", local_params * param_bytes, dp, link) - link.alpha_s
+    rs = collective_seconds("reduce_scatter", local_params * grad_bytes, dp, link) - link.alpha_s
+    return gathers * ag + rs + (gathers + 1) * groups * link.alpha_s
+
+
+def pipeline_step_seconds(stage_slot_s: float, microbatches: int, stages: int, p2p_bytes: float = 0.0,
+                          link: Interconnect = H200_NODE) -> float:
+    """1F1B: ``m + p − 1`` slots of the slowest stage's per-microbatch time (forward + backward, with
+    its TP communication), each slot also waiting for one activation (forward) and one gradient
+    (backward) transfer of ``p2p_bytes``."""
+    if stages == 1:
+        return microbatches * stage_slot_s
+    slots = microbatches + stages - 1
+    return slots * (stage_slot_s + 2 * collective_seconds("p2p", p2p_bytes, 2, link))
+
+
+@dataclass
+class StepPrediction:
+    compute_s: float  # the rank's compute (emulated: measured on one GPU with free collectives)
+    tp_s: float  # exposed TP communication
+    fsdp_s: float  # FSDP traffic, overlapped with compute
+    step_s: float  # predicted step time
+
+    @property
+    def fsdp_exposed_s(self) -> float:
+        return max(0.0, self.fsdp_s - self.compute_s)
+
+
+def predict_step(compute_s: float, tp_s: float, fsdp_s: float) -> StepPrediction:
+    """Without pipeline parallelism: compute + exposed TP + what of FSDP does not fit under compute."""
+    return StepPrediction(compute_s, tp_s, fsdp_s, compute_s + tp_s + max(0.0, fsdp_s - compute_s))
