@@ -46,7 +46,8 @@ PP_STAGES = {"1F1B": 2, "Interleaved1F1B": 4}  # tiny (2 layers): [emb, L0], [L1
 
 
 def tiny(*extra: str, steps: int = 10, flavor: str = "tiny") -> tuple[str, ...]:
-    return ("--model.flavor", flavor, "--training.dataset", "synthetic", "--boost.tokenizer", "none",
+    return ("--parallelism.tensor_parallel_degree", "1",  # debug_cpu.toml's tp 2 is the main job's; TP2 overrides
+            "--model.flavor", flavor, "--training.dataset", "synthetic", "--boost.tokenizer", "none",
             "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64",
             "--training.local_batch_size", "2", "--training.steps", str(steps),
             "--lr_scheduler.total_steps", "30", "--optimizer.eps", "1e-16", "--training.max_norm", "1e6",
@@ -60,17 +61,17 @@ class Spec:
     log_rank: int = 0  # the rank whose log is kept (PP: the last stage's, which computes the loss)
     cost: float = 16.0  # rough wall seconds alone on 2 cores: longest runs are started first
     expect_failure: bool = False
-    resume_from: str | None = None  # start from this run's checkpoint/step-15 (runs after it)
+    resume_from: str | None = None  # start from this run's checkpoint (runs after it) ...
+    resume_step: int | None = 15  # ... its step-15, or None: its whole checkpoint folder (the latest wins)
 
 
 # checkpoint/resume recipe: online norm, grouping and low-rank checkpointing on, save every 15 steps
 CKPT = tiny(*TP2, "--boost.rmsnorm", "online", "--boost.grouped", "--boost.lowrank_checkpoint",
-            "--checkpoint.enable", "--checkpoint.interval", "15", "--checkpoint.no-last-save-model-only",
-            *TB, steps=30)
+            "--checkpoint.enable", "--checkpoint.interval", "15", *TB, steps=30)
 
 SPECS: dict[str, Spec] = {
     "debugmodel": Spec(2, ("--training.steps", "10", "--training.seq_len", "64",
-                           "--training.local_batch_size", "2"), cost=28),  # embedded text, FSDP 2
+                           "--training.local_batch_size", "2"), cost=28),  # the main job: embedded text, btp tp 2
     "tp1": Spec(1, tiny(*TB, steps=30)),
     "tp2": Spec(2, tiny(*TP2)),
     "tp2_sync": Spec(2, tiny(*TP2, "--boost.rmsnorm", "sync")),
@@ -95,6 +96,10 @@ SPECS: dict[str, Spec] = {
     "dp2_tp2_lowrank": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2",
                                     "--boost.lowrank_checkpoint"), cost=33),
     "resume": Spec(2, CKPT, cost=18, resume_from="ckpt"),
+    # the configs' defaults: save every 5 of 10 steps, then the same command for 20 steps resumes at 11
+    "ckpt_short": Spec(2, tiny(*TP2, "--checkpoint.enable", "--checkpoint.interval", "5", steps=10), cost=14),
+    "resume_short": Spec(2, tiny(*TP2, "--checkpoint.enable", "--checkpoint.interval", "5", steps=20), cost=16,
+                         resume_from="ckpt_short", resume_step=None),
     # bf16 compute (fp32 master weights) in layouts without FSDP: tp only, pp only
     **{name: Spec(n, tiny(*extra, "--training.mixed_precision_param", "bfloat16"), log_rank=log_rank)
        for name, n, extra, log_rank in [("tp1_bf16", 1, (), 0), ("tp2_bf16", 2, TP2, 0),
@@ -205,9 +210,12 @@ class RunPool:
                 source = self.results[spec.resume_from]
                 if source.returncode != 0:
                     return
-                step15 = source.dump / "checkpoint" / "step-15"
-                if step15.is_dir():
-                    shutil.copytree(step15, dump / "checkpoint" / "step-15")
+                if spec.resume_step is None:
+                    shutil.copytree(source.dump / "checkpoint", dump / "checkpoint")
+                else:
+                    step = f"step-{spec.resume_step}"
+                    if (source.dump / "checkpoint" / step).is_dir():
+                        shutil.copytree(source.dump / "checkpoint" / step, dump / "checkpoint" / step)
             self.results[name] = _launch(name, spec, dump)
 
     def get(self, name: str) -> Result:
@@ -231,7 +239,7 @@ class RunPool:
 def _runs_for(item) -> list[str]:
     params = getattr(getattr(item, "callspec", None), "params", {})
     name = item.originalname
-    if name == "test_fsdp_debugmodel_loss_decreases":
+    if name == "test_main_job_btp_tp2_loss_decreases":
         return ["debugmodel"]
     if name == "test_btp_tp2_matches_tp1":
         return ["tp1", params.get("variant", "tp2")]
@@ -255,6 +263,8 @@ def _runs_for(item) -> list[str]:
         return ["tp1_tied", params.get("variant", "pp_tied")]
     if name == "test_fullrank_tp2_compiled_matches_tp1":
         return ["fullrank_tp1", "compile_fullrank"]
+    if name == "test_default_configs_resume_from_the_last_save":
+        return ["ckpt_short", "resume_short"]
     if name == "test_clear_errors":
         return ["err_fullrank", "err_flavor"]
     return []
@@ -282,10 +292,11 @@ def assert_curves_close(actual: dict[int, float], expected: dict[int, float], st
 # tests
 
 
-def test_fsdp_debugmodel_loss_decreases(runs):
-    """FSDP over 2 ranks, debugmodel flavor, GPT-2 tokenizer, embedded real text: it learns."""
+def test_main_job_btp_tp2_loss_decreases(runs):
+    """The README's main job (debug_cpu.toml): btp over 2 ranks, debugmodel flavor, GPT-2 tokenizer,
+    embedded real text: it learns."""
     run = runs.get("debugmodel")
-    assert "dp_shard=2" in run.log and "Applied FSDP2 to the model" in run.log
+    assert "tp=2" in run.log and "Applied tensor parallelism: tp_strategy=btp tp=2" in run.log
     losses = run.losses()
     assert sorted(losses) == list(range(1, 11)), losses
     assert all(math.isfinite(v) for v in losses.values()), losses
@@ -371,6 +382,15 @@ def test_checkpoint_resume_and_tp_parity(runs):
     for tag in (tag, "grad_norm"):
         expected = {s: v for s, v in full.tensorboard(tag).items() if s > 15}
         assert resumed.tensorboard(tag) == expected, f"{tag}: resumed run differs from the uninterrupted one"
+
+
+def test_default_configs_resume_from_the_last_save(runs):
+    """With the family's TOML defaults, the final save of a run is a full training checkpoint: the same
+    command with more steps resumes from it (step 10 → 11..20) and continues the same data and curve."""
+    first, resumed = runs.get("ckpt_short"), runs.get("resume_short")
+    assert (first.dump / "checkpoint" / "step-10").is_dir()
+    assert "Training starts at step 11" in resumed.log, resumed.tail()
+    assert sorted(resumed.metric_strings()) == list(range(11, 21))
 
 
 @pytest.mark.parametrize("variant", ["pp", "fsdp"])
