@@ -2,6 +2,7 @@
 # Launch torchtitan's stock training loop on the cola_llama family.
 #   NGPU=2 CONFIG_FILE=train_configs/debug_cpu.toml LOG_RANK=0 ./scripts/run_train.sh [--section.key value ...]
 # NGPU is the number of ranks: GPUs when CUDA is present, gloo CPU processes otherwise.
+# --help: this usage and the [boost] keys (instant); --help-all: every torchtitan option (slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,26 @@ LOG_RANK=${LOG_RANK:-0}
 CONFIG_FILE=${CONFIG_FILE:-train_configs/debug_cpu.toml}
 TRAIN_FILE=${TRAIN_FILE:-torchtitan.train}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+for arg in "$@"; do
+  case $arg in
+    -h|--help)
+      echo "usage: [NGPU=ranks] [CONFIG_FILE=file.toml] [LOG_RANK=r] [COMM_MODE=fake_backend] $0 [--section.key value ...]"
+      echo "  trains the cola_llama family with torchtitan's loop; configs in train_configs/, any key overridable."
+      echo "  --help-all lists all of torchtitan's options (slow: ~20 s, ~900 lines)."
+      echo
+      python3 torchtitan_ext/job_config.py
+      exit 0 ;;
+    --help-all)
+      exec python3 -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" --help ;;
+  esac
+done
+if [ ! -f "$CONFIG_FILE" ]; then
+  echo "config error: CONFIG_FILE=$CONFIG_FILE does not exist (the family's configs: $(ls train_configs/*.toml | tr '\n' ' '))" >&2
+  exit 2
+fi
+# one readable line per configuration problem, before any rank starts (torchtitan_ext/preflight.py)
+NGPU=$NGPU python3 -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" "$@" || exit 2
 
 if [ -n "${COMM_MODE:-}" ]; then  # fake_backend: dry-run an NGPU layout in one process
   NGPU=$NGPU LOCAL_RANK=0 exec python3 -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" "$@" \

@@ -436,10 +436,12 @@ def test_bf16_without_fsdp_tracks_tp1(runs, variant):
 
 
 def test_clear_errors(runs):
-    """Misconfigurations fail before training starts, with a message that names the problem."""
-    for name, pattern in [("err_fullrank", r"ValueError: tp_strategy='fullrank' is for the dense"),
-                          ("err_flavor", r"Error: unknown cola_llama flavor 'no_such_flavor'")]:
+    """Misconfigurations fail before any rank starts (run_train.sh's preflight), each with one line that
+    names the bad value and the rule, and no traceback."""
+    for name, pattern in [("err_fullrank", r"config error: tp_strategy='fullrank' is for the dense"),
+                          ("err_flavor", r"config error: unknown cola_llama flavor 'no_such_flavor'")]:
         run = runs.get(name)
-        assert run.returncode != 0, f"{name} did not fail:\n{run.tail()}"
-        assert "Training starts" not in run.log, f"{name} started training"
+        assert run.returncode == 2, f"{name} did not fail as a config error:\n{run.tail()}"
+        assert "Training starts" not in run.log and "Traceback" not in run.log, run.tail()
         assert re.search(pattern, run.log), f"{name}: no error matching {pattern!r} in:\n{run.tail()}"
+        assert run.seconds < 30, f"{name} took {run.seconds:.0f} s to fail"

@@ -36,3 +36,23 @@ class Boost:
 @dataclass
 class JobConfig:
     boost: Boost = field(default_factory=Boost)
+
+
+def describe() -> str:
+    """The ``[boost]`` keys with their defaults and docs, read from this file (no torch import: fast)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text())
+    boost = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Boost")
+    lines, body = ["[boost] section (TOML) / --boost.<key> (command line):"], boost.body
+    for i, node in enumerate(body):
+        if isinstance(node, ast.AnnAssign):
+            doc = body[i + 1].value.value if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr) else ""
+            lines.append(f"  {node.target.id} = {ast.unparse(node.value)}   ({ast.unparse(node.annotation)})")
+            lines += [f"      {line.strip()}" for line in doc.strip().splitlines()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

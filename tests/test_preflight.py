@@ -1,0 +1,31 @@
+"""run_train.sh's preflight: every bad value of a config gives one line naming it and the rule."""
+
+import pytest
+
+from torchtitan_ext.preflight import problems
+
+BASE = ["--job.config_file", "train_configs/debug_cpu.toml"]
+
+
+def test_the_shipped_configs_pass():
+    assert problems(BASE, 2) == []
+    assert problems(["--job.config_file", "train_configs/cola_1b_h200.toml"], 1) == []
+
+
+@pytest.mark.parametrize("overrides, world, expected", [
+    (["--model.flavor", "nope"], 2, "unknown cola_llama flavor 'nope'; available: tiny"),
+    (["--boost.tp_strategy", "fullrank"], 2, "tp_strategy='fullrank' is for the dense '_fullrank' flavors"),
+    (["--parallelism.tensor_parallel_degree", "3"], 3, "dim=256 is not divisible by the tensor-parallel degree 3"),
+    ([], 3, "NGPU=3 is not divisible by tp·pp·cp·dp_replicate = 2"),
+    (["--parallelism.data_parallel_shard_degree", "2"], 2, "NGPU=2 != dp_shard·tp·pp·cp·dp_replicate = 4"),
+    (["--training.seq_len", "250"], 2, "training.seq_len=250 must be divisible by 4 (tp · 2 · cp)"),
+    (["--training.dataset", "nope"], 2, "training.dataset='nope' is unknown; choose one of ['synthetic'"),
+    (["--training.dataset", "corpus", "--training.dataset_path", "/nonexistent/corpus"], 2,
+     "Corpus file /nonexistent/corpus/train.jsonl.gz not found"),
+    (["--boost.tokenizer", "cl100k_base"], 2, "tokenizer 'cl100k_base' has 100277 tokens but the model's vocab_size is 50304"),
+    (["--boost.lowrank_checkpoint", "--activation_checkpoint.mode", "full"], 2,
+     "lowrank_checkpoint=true replaces activation_checkpoint.mode='full'"),
+])
+def test_each_problem_is_named(overrides, world, expected):
+    found = problems(BASE + overrides, world)
+    assert any(expected in p for p in found), found

@@ -1,0 +1,81 @@
+"""Check a cola_llama training config before any rank starts: one line per problem, exit status 2.
+
+    python -m torchtitan_ext.preflight --job.config_file train_configs/debug_cpu.toml [--section.key value ...]
+
+``scripts/run_train.sh`` runs it first (with ``NGPU``), so that a bad flavor, strategy, parallel layout,
+tokenizer, dataset or file fails in a few seconds with one readable line instead of a traceback per
+rank after start-up. Everything checked here is checked again where it is used (the same functions).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def problems(argv: list[str], world_size: int) -> list[str]:
+    """The config's problems, in the order a run would hit them (empty: fine)."""
+    import torchtitan_ext  # noqa: F401  (registers the family and the [boost] section)
+    from torchtitan.config import ConfigManager
+
+    from boost_titan.data.datasets import DATASETS, corpus_problem
+    from boost_titan.models import FLAVORS
+    from boost_titan.parallel import check_tp
+
+    job = ConfigManager().parse_args(argv)
+    if job.model.name != "cola_llama":
+        return []  # another family: torchtitan's own checks apply
+    out = []
+    try:
+        args = FLAVORS[job.model.flavor]
+    except ValueError as e:
+        return [str(e).strip("'\"")]
+    par, training = job.parallelism, job.training
+    tp, pp, cp, rep = (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree,
+                       par.data_parallel_replicate_degree)
+    shard = par.data_parallel_shard_degree
+    if shard == -1 and world_size % (tp * pp * cp * rep):
+        out.append(f"NGPU={world_size} is not divisible by tp·pp·cp·dp_replicate = {tp * pp * cp * rep}")
+    elif shard != -1 and shard * tp * pp * cp * rep != world_size:
+        out.append(f"NGPU={world_size} != dp_shard·tp·pp·cp·dp_replicate = {shard * tp * pp * cp * rep}")
+    try:
+        check_tp(job.boost.tp_strategy, args, tp)
+    except ValueError as e:
+        out.append(str(e))
+    if training.seq_len % (tp * 2 * cp) and tp > 1:
+        out.append(f"training.seq_len={training.seq_len} must be divisible by {tp * 2 * cp} (tp · 2 · cp)")
+    if job.boost.lowrank_checkpoint and job.activation_checkpoint.mode != "none":
+        out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="
+                   f"{job.activation_checkpoint.mode!r}: set activation_checkpoint.mode = 'none'")
+    for what, name, path in [("training.dataset", training.dataset, training.dataset_path),
+                             *([("validation.dataset", job.validation.dataset, job.validation.dataset_path)]
+                               if job.validation.enable else [])]:
+        known = ["synthetic", *sorted(k for k in DATASETS if not k.endswith("_validation"))]
+        if name.lower() not in known and name.lower() not in DATASETS:
+            out.append(f"{what}={name!r} is unknown; choose one of {known}")
+        elif (problem := corpus_problem(name.lower(), path)) is not None:
+            out.append(problem)
+    if not out:
+        try:
+            args.replace().update_from_config(job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)
+        except (ValueError, FileNotFoundError) as e:
+            out.append(str(e))
+    return out
+
+
+def main() -> int:
+    from torchtitan.tools.logging import init_logger
+
+    init_logger()
+    world_size = int(os.environ.get("NGPU", "1"))
+    try:
+        found = problems(sys.argv[1:], world_size)
+    except (ValueError, FileNotFoundError, SystemExit) as e:  # a config that does not even parse
+        found = [str(e) or "the command line could not be parsed (see above)"]
+    for problem in found:
+        print(f"config error: {problem}", file=sys.stderr)
+    return 2 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
