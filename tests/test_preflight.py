@@ -29,3 +29,11 @@ def test_the_shipped_configs_pass():
 def test_each_problem_is_named(overrides, world, expected):
     found = problems(BASE + overrides, world)
     assert any(expected in p for p in found), found
+
+
+def test_eta_text_by_hand():
+    from torchtitan_ext.logs import eta_text
+
+    assert eta_text(1, 30, 1, 100.0, 100.0) == "  [1/30, eta n/a]"
+    # 10 steps after the first logged one took 20 s: 2 s a step, 20 steps left → 40 s
+    assert eta_text(11, 31, 1, 100.0, 120.0) == "  [11/31, 0:00:20 elapsed, eta 0:00:40]"

@@ -11,6 +11,8 @@ if not torch.cuda.is_available():
 
     cpu_shim.install()
 
+from .logs import quiet  # noqa: E402
 from .train_spec import register  # noqa: E402
 
+quiet()
 register()

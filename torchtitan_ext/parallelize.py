@@ -16,6 +16,8 @@ from torchtitan.tools.logging import logger
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
 
+from .logs import TORCHTITAN_AMP_OFF, drop
+
 
 def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     boost, args = job_config.boost, model.model_args
@@ -71,8 +73,8 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # mesh. With dp_replicate > 1 the same wrapping is HSDP with shard size 1 (fp32 all-reduce).
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **fsdp)
-        _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh (no data sharding); "
-                       "torchtitan's 'Mixed precision training is disabled' refers to its autocast path")
+        _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
+        drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     return model

@@ -16,6 +16,7 @@ from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
+from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
 
 NAME = "cola_llama"
@@ -94,6 +95,7 @@ def train_spec() -> TrainSpec:
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=build_loss,
         build_validator_fn=build_validator,
+        build_metrics_processor_fn=build_metrics_processor,
     )
 
 
