@@ -1,6 +1,7 @@
 """The arithmetic inside the benchmark scripts (scripts/bench), checked against hand computations."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from common import bucket, interleaved_time_ms, removal_bounds, trace_buckets  #
 from gemm_ops import Operands, best_rows  # noqa: E402
 from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
 from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
+import emulate  # noqa: E402
 
 
 @pytest.mark.parametrize("steps, points, log_freq, expected", [
@@ -158,3 +160,31 @@ def test_interleaved_timing_alternates_the_functions_round_by_round():
     warm, timed = calls[:3], calls[3:]
     assert warm == ["a", "b", "peak"]
     assert timed == ["a", "a", "b", "b", "peak", "peak"] * 3  # each round visits every function in turn
+
+
+def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
+    rows = [{"flavor": "7B", "strategy": "tp1", "tp": 1, "pp": 1, "batch": 4, "ok": True, "step_s": 0.8},
+            {"flavor": "7B", "strategy": "btp", "tp": 4, "pp": 1, "batch": 4, "ok": True, "step_s": 0.25}]
+    emulate.add_split_efficiency(rows)
+    assert rows[1]["perfect_s"] == pytest.approx(0.2) and rows[1]["split_eff"] == pytest.approx(0.8)
+    # a pipeline row: 100 ms of GPU time at microbatch 1 (10 ms of it the optimizer), tp comm 20 ms
+    monkeypatch.setattr(emulate.comm_model, "tp_seconds", lambda calls, tp: 0.02)
+    monkeypatch.setattr(emulate, "model_collectives", lambda *a, **k: ([], 0))
+    row = {"flavor": "13B", "strategy": "btp", "tp": 4, "pp": 2, "batch": 4, "ok": True, "step_s": 0.3}
+    got = emulate.predict(row, 4, 4096, {"gemm": 60.0, "attention": 30.0, "optimizer": 10.0})
+    p2p = 2 * emulate.comm_model.collective_seconds("p2p", 4096 * (5120 // 4) * 2, 2)
+    # 4 microbatches + 2 stages - 1 = 5 slots of ((90 ms + 20 ms) / 2 + p2p), then half the optimizer
+    assert got["pred_step_s"] == pytest.approx(5 * (0.055 + p2p) + 0.005)
+
+
+def test_emulate_runs_on_cpu(tmp_path):
+    """Two tiny rows through the fake backend on CPU: parsed, split efficiency and a prediction present."""
+    out = tmp_path / "emu"
+    proc = subprocess.run([sys.executable, "emulate.py", "--rows", "tiny:tp1,btp", "--seq-len", "64", "--steps", "3",
+                           "--skip", "1", "--extra=--boost.synthetic_vocab_size 512 --compile.no-enable",
+                           "--out", str(out)], cwd=Path(emulate.__file__).parent, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {r["strategy"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    assert rows["tp1"]["ok"] and rows["btp"]["ok"] and rows["btp"]["kind"] == "emulated"
+    assert rows["btp"]["split_eff"] > 0 and rows["btp"]["pred_step_s"] > rows["btp"]["step_s"]

@@ -38,8 +38,8 @@ VARIANTS = {  # name: (config file, extra CLI overrides)
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
 }
-STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB"
-                  r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
+                  r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+|n/a)")  # n/a: no known peak (CPU)
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
 BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -51,12 +51,11 @@ def _seconds(hms: str) -> int:
 
 
 def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None) -> dict:
-    """One ``scripts/run_train.sh`` run; returns its parsed per-step log.
+    """One ``scripts/run_train.sh`` run; returns its parsed per-step log (:func:`parse_log`).
 
     ``emulate_rank``: instead, one process plays that rank of an ``ngpu`` layout on the fake
-    communication backend (``torchtitan_ext.emulate``): its real kernels, no collective.
-    ``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
-    ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``.
+    communication backend (``torchtitan_ext.emulate``): its real kernels, no collective (the losses
+    are then meaningless, often nan).
     """
     env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
     if emulate_rank is None:
@@ -66,25 +65,32 @@ def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emul
                "--comm.mode", "fake_backend"]
         env.update(EMULATE_RANK=str(emulate_rank), LOCAL_RANK="0",
                    PYTHONPATH=f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT))
+    command = (f"NGPU={ngpu} CONFIG_FILE={config} " if emulate_rank is None else
+               f"NGPU={ngpu} EMULATE_RANK={emulate_rank} LOCAL_RANK=0 ") + " ".join(cmd)
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     log = ANSI.sub("", proc.stdout + proc.stderr)
     log_path.write_text(log)
+    run = parse_log(log, proc.returncode, command)
+    if not run["ok"]:
+        print(f"[{log_path.stem}] FAILED (rc={proc.returncode}, {time.time() - t0:.0f}s); log tail:\n{log[-3000:]}",
+              flush=True)
+    return run
+
+
+def parse_log(log: str, returncode: int, command: str) -> dict:
+    """``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
+    ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``."""
     steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
                       (_seconds(m[0]), int(m[1]), float(m[2]), float(m[3]), int(m[4].replace(",", "")),
-                       float(m[5]), float(m[6])))) for m in STEP.findall(log)]
+                       float(m[5]), float("nan") if m[6] == "n/a" else float(m[6])))) for m in STEP.findall(log)]
     t0_log = steps[0]["t"] if steps else 0
     for r in steps:
         r["t"] = (r["t"] - t0_log) % 86400
     batch = BATCH.search(log)
-    ok = proc.returncode == 0 and bool(steps)
-    if not ok:
-        print(f"[{log_path.stem}] FAILED (rc={proc.returncode}, {time.time() - t0:.0f}s); log tail:\n{log[-3000:]}",
-              flush=True)
     return {"steps": steps, "validation": [(int(a), float(b)) for a, b in VALIDATION.findall(log)],
-            "tokens_per_step": int(batch[1]) * int(batch[2]) if batch else 0, "ok": ok,
-            "command": (f"NGPU={ngpu} CONFIG_FILE={config} " if emulate_rank is None else
-                        f"NGPU={ngpu} EMULATE_RANK={emulate_rank} LOCAL_RANK=0 ") + " ".join(cmd)}
+            "tokens_per_step": int(batch[1]) * int(batch[2]) if batch else 0,
+            "ok": returncode == 0 and bool(steps), "command": command}
 
 
 def summarize(name: str, rows: list[dict], skip: int, command: str, tokens_per_step: int) -> dict:

@@ -23,6 +23,7 @@ tp and microbatch size 1, which the model splits into pp equal stages and schedu
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -95,27 +96,38 @@ def add_split_efficiency(rows: list[dict]) -> None:
         r["split_eff"] = r["perfect_s"] / r["step_s"]
 
 
-def predict(row: dict, batch: int, seq: int) -> dict:
-    """PREDICTED step time of the layout: the emulated compute plus the α–β model's communication."""
+def predict(row: dict, batch: int, seq: int, buckets: dict | None) -> dict:
+    """PREDICTED step time of the layout: the emulated compute plus the α–β model's communication.
+
+    Without a pipeline the compute is the emulated step's wall time. A pipeline row was emulated
+    as the whole model at microbatch 1: one stage's slot is that forward + backward's GPU time
+    (traced kernels, optimizer excluded) / pp plus its TP communication / pp; 1F1B runs
+    ``batch + pp − 1`` slots, then the stage's optimizer step (the optimizer's GPU time / pp). The
+    CPU time of the emulated microbatch-1 step (launches, hooks) is left out: at tp 4 it exceeds the
+    GPU time, so a real run may be slower than this GPU-bound estimate.
+    """
     flavor = row["flavor"] + ("_fullrank" if row["strategy"] == "fullrank" else "")
     args, tp, pp = FLAVORS[flavor], row["tp"], row["pp"]
     calls, _ = model_collectives(row["strategy"], args, tp, emulated_batch(row, batch), seq)
     tp_s = comm_model.tp_seconds(calls, tp)
     if pp == 1:  # no data parallelism in these layouts: no FSDP traffic
-        step = comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s
-    else:  # one microbatch of the whole model / pp = one stage slot; activations [1, s, d] cross stages
-        width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[row["strategy"]]
-        tokens = seq // tp if row["strategy"] == "fullrank" else seq
-        step = comm_model.pipeline_step_seconds((row["step_s"] + tp_s) / pp, batch, pp, tokens * width * 2)
-    return {"pred_tp_comm_s": tp_s, "pred_step_s": step}
+        return {"pred_tp_comm_s": tp_s, "pred_step_s": comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s}
+    if not buckets:
+        return {"pred_tp_comm_s": tp_s}  # needs the --profile buckets
+    optimizer_s = buckets.get("optimizer", 0.0) / 1e3
+    microbatch_s = sum(buckets.values()) / 1e3 - optimizer_s
+    width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[row["strategy"]]
+    tokens = seq // tp if row["strategy"] == "fullrank" else seq
+    step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, batch, pp, tokens * width * 2)
+    return {"pred_tp_comm_s": tp_s, "pred_step_s": step + optimizer_s / pp}
 
 
-def add_predictions(rows: list[dict], seq: int) -> list[dict]:
+def add_predictions(rows: list[dict], seq: int, buckets: dict) -> list[dict]:
     """Predicted step times per layout and batch, with speed-ups and BOOST's A100 numbers beside them."""
     table = []
     for r in rows:
         if r.get("ok") and r["strategy"] != "tp1":
-            r.update(predict(r, r["batch"], seq))
+            r.update(predict(r, r["batch"], seq, buckets.get(f"{r['flavor']}_{r['strategy']}_b{r['batch']}")))
     for (flavor, batch) in dict.fromkeys((r["flavor"], r["batch"]) for r in rows):
         by = {r["strategy"]: r for r in rows if (r["flavor"], r["batch"]) == (flavor, batch) and "pred_step_s" in r}
         if not by:
@@ -143,12 +155,20 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=5, help="warm-up steps (compilation) left out of the medians")
     p.add_argument("--profile", action="store_true", help="trace the last step and bucket its GPU time")
     p.add_argument("--extra", default="", help='more overrides for every run, e.g. --extra="--a.b c"')
+    p.add_argument("--from-json", action="store_true",
+                   help="no runs: recompute the derived columns and predictions from an earlier --out's JSON")
     p.add_argument("--out", default="docs/results/emulate")
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     rows, profiles = [], []
-    for batch in map(int, a.batch.split(",")):
+    profile_file = Path(a.out + "_profile.json")  # kernel-time buckets per run (traces stay on the GPU box)
+    buckets = json.loads(profile_file.read_text()) if a.from_json and profile_file.is_file() else {}
+    previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
+    if previous:
+        rows = [r for r in previous["rows"] if "strategy" in r]
+        profiles = [row for name, b in buckets.items() for row in bucket_rows(name, b)]
+    for batch in map(int, a.batch.split(",")) if previous is None else []:
         for spec in row_specs(a.rows):
             name = f"{spec['flavor']}_{spec['strategy']}_b{batch}"
             dump = ROOT / "outputs" / "emulate" / name
@@ -162,11 +182,15 @@ def main() -> None:
                 run["steps"] = [r for r in run["steps"] if r["step"] <= a.steps - 2]  # traced steps left out
                 trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
                 if trace.is_file():
-                    profiles += bucket_rows(name, trace_buckets(trace))
+                    buckets[name] = trace_buckets(trace)
+                if name in buckets:
+                    profiles += bucket_rows(name, buckets[name])
             rows.append(summarize(spec, run, a.skip, batch))
             print_table([rows[-1]], ["flavor", "strategy", "tp", "dp", "batch", "step_s", "tflops", "peak_mem_gib"])
+    if buckets:
+        profile_file.write_text(json.dumps(buckets, indent=1))
     add_split_efficiency(rows)
-    fig5 = add_predictions(rows, a.seq_len)
+    fig5 = add_predictions(rows, a.seq_len, buckets)
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
             "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib", "pred_tp_comm_s", "pred_step_s"]
     fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
@@ -175,7 +199,10 @@ def main() -> None:
     sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)]
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
-    write_results(a.out, rows, env_info(), "Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU "
+    meta = env_info()
+    if previous:  # the machine and versions the measurements came from
+        meta = {**previous["meta"], "derived_columns_recomputed": meta["date"]}
+    write_results(a.out, rows, meta, "Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU "
                   "(torchtitan fake backend: collectives cost nothing), and predicted step times",
                   columns=cols, sections=sections,
                   notes="EMULATED (step_s ... peak_mem_gib): one process plays rank 0 of the layout with real "
@@ -186,7 +213,7 @@ def main() -> None:
                         f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
                         f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
                         "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over `batch` "
-                        "microbatches of 1.")
+                        "microbatches of 1, GPU-bound (see predict()).")
     if profiles:
         print_table(profiles)
     print_table(rows, cols)
