@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
-from common import bucket, interleaved_time_ms, removal_bounds, trace_buckets  # noqa: E402
+from common import bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_top_kernels  # noqa: E402
 from gemm_ops import Operands, best_rows  # noqa: E402
 from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
 from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
@@ -88,6 +88,20 @@ def test_trace_buckets_sum_kernel_durations_per_step(tmp_path):
     trace = tmp_path / "rank0_trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     assert trace_buckets(trace, steps=2) == {"gemm": 2.0, "fused elementwise (triton)": 0.25, "other": 0.035}
+
+
+def test_trace_top_kernels_and_idle_by_hand(tmp_path):
+    # two GEMMs (3 ms, 1 ms) and a 0.5 ms kernel over a 10 ms span: 4.5 ms busy, 5.5 ms idle
+    events = [{"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 0, "dur": 3000},
+              {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add", "ts": 4000, "dur": 500},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 9000, "dur": 1000},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 20000}]
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    rows = trace_top_kernels(trace, n=5)
+    assert [(r["kernel"], r["calls"], r["ms"]) for r in rows[:2]] == [("nvjet_sm90_gemm", 2, 4.0),
+                                                                    ("triton_poi_fused_add", 1, 0.5)]
+    assert rows[-1]["ms"] == pytest.approx(4.5) and rows[-1]["idle_ms"] == pytest.approx(5.5)
 
 
 def test_removal_bounds_by_hand():

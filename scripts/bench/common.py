@@ -195,6 +195,27 @@ def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
     return dict(out)
 
 
+def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
+    """The ``n`` kernels (by name) with the most GPU time in a trace: calls, total ms, bucket; and a last
+    row with the GPU's busy time against the span from the first kernel's start to the last one's end
+    (``idle_ms``: gaps between kernels, i.e. time the GPU waited for the host)."""
+    events = json.loads(Path(trace_path).read_text())
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
+    by_name = defaultdict(lambda: [0, 0.0])
+    for e in kernels:
+        by_name[e.get("name", "")][0] += 1
+        by_name[e.get("name", "")][1] += e.get("dur", 0) / 1e3
+    rows = [{"kernel": name[:90], "bucket": bucket(name), "calls": c, "ms": ms}
+            for name, (c, ms) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:n]]
+    if kernels:
+        busy = sum(e.get("dur", 0) for e in kernels) / 1e3
+        span = (max(e["ts"] + e.get("dur", 0) for e in kernels) - min(e["ts"] for e in kernels)) / 1e3
+        rows.append({"kernel": f"ALL ({len(kernels)} kernels): busy {busy:.1f} ms of a {span:.1f} ms span",
+                     "bucket": "", "calls": len(kernels), "ms": busy, "idle_ms": span - busy})
+    return rows
+
+
 def removal_bounds(cola: dict[str, float], dense: dict[str, float]) -> list[dict]:
     """GPU-busy ratio dense/CoLA if kinds of kernel cost nothing, from two :func:`trace_buckets` dicts.
 

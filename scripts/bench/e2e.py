@@ -113,6 +113,8 @@ def main() -> None:
     p.add_argument("--extra", default="",
                    help='more CLI overrides for every run (e.g. a smoke test on CPU); write --extra="--a.b c"')
     p.add_argument("--profile", action="store_true", help="trace the last step of each run and bucket its GPU time")
+    p.add_argument("--emulate", action="store_true",
+                   help="run each variant as rank 0 of --ngpu on the fake backend (torchtitan_ext.emulate)")
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -127,7 +129,7 @@ def main() -> None:
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
-        run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log")
+        run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log", emulate_rank=0 if a.emulate else None)
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])

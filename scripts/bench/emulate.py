@@ -28,7 +28,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from common import bucket_rows, env_info, print_table, trace_buckets, write_results
+from common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
 from e2e import ROOT, run_train
 
 from boost_titan.bench import comm_model
@@ -154,6 +154,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--skip", type=int, default=5, help="warm-up steps (compilation) left out of the medians")
     p.add_argument("--profile", action="store_true", help="trace the last step and bucket its GPU time")
+    p.add_argument("--top", type=int, default=0, help="with --profile: write the N costliest kernels of each run")
     p.add_argument("--extra", default="", help='more overrides for every run, e.g. --extra="--a.b c"')
     p.add_argument("--from-json", action="store_true",
                    help="no runs: recompute the derived columns and predictions from an earlier --out's JSON")
@@ -161,7 +162,7 @@ def main() -> None:
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    rows, profiles = [], []
+    rows, profiles, top = [], [], {}
     profile_file = Path(a.out + "_profile.json")  # kernel-time buckets per run (traces stay on the GPU box)
     buckets = json.loads(profile_file.read_text()) if a.from_json and profile_file.is_file() else {}
     previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
@@ -183,12 +184,17 @@ def main() -> None:
                 trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
                 if trace.is_file():
                     buckets[name] = trace_buckets(trace)
+                    if a.top:
+                        top[name] = trace_top_kernels(trace, a.top)
+                        print_table(top[name])
                 if name in buckets:
                     profiles += bucket_rows(name, buckets[name])
             rows.append(summarize(spec, run, a.skip, batch))
             print_table([rows[-1]], ["flavor", "strategy", "tp", "dp", "batch", "step_s", "tflops", "peak_mem_gib"])
     if buckets:
         profile_file.write_text(json.dumps(buckets, indent=1))
+    if top:
+        Path(a.out + "_kernels.json").write_text(json.dumps(top, indent=1))
     add_split_efficiency(rows)
     fig5 = add_predictions(rows, a.seq_len, buckets)
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
