@@ -1,6 +1,7 @@
 """The arithmetic inside the benchmark scripts (scripts/bench), checked against hand computations."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -202,3 +203,15 @@ def test_emulate_runs_on_cpu(tmp_path):
     rows = {r["strategy"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
     assert rows["tp1"]["ok"] and rows["btp"]["ok"] and rows["btp"]["kind"] == "emulated"
     assert rows["btp"]["split_eff"] > 0 and rows["btp"]["pred_step_s"] > rows["btp"]["step_s"]
+
+
+def test_multi_gpu_script_runs_the_real_layout_on_cpu(tmp_path):
+    """scripts/bench/multi_gpu.sh, the real (torchrun) path, on 2 gloo ranks with the tiny row."""
+    root = Path(emulate.__file__).resolve().parents[2]
+    env = dict(os.environ, ROWS="tiny:btp", STEPS="3", SKIP="1", OUT=str(tmp_path / "mg"),
+               EXTRA="--boost.synthetic_vocab_size 512 --compile.no-enable --training.seq_len 64")
+    proc = subprocess.run(["bash", "scripts/bench/multi_gpu.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "mg.json").read_text())["rows"]
+    assert row["ok"] and row["kind"] == "measured" and row["step_s"] > 0 and row["tp"] == 2

@@ -62,23 +62,28 @@ def emulated_batch(spec: dict, batch: int) -> int:
     return 1 if spec["pp"] > 1 else batch  # a pipeline rank computes microbatches of 1
 
 
-def overrides(spec: dict, batch: int, steps: int, seq_len: int) -> list[str]:
+def overrides(spec: dict, batch: int, steps: int, seq_len: int, real: bool = False) -> list[str]:
+    """``real``: the layout itself over NCCL (its pipeline too, microbatches of 1); otherwise the
+    emulated rank (a pipeline layout without its pipeline, at microbatch 1)."""
     fullrank = spec["strategy"] == "fullrank"
     strategy = "btp" if spec["strategy"] == "tp1" else spec["strategy"]
+    pipeline = ["--parallelism.pipeline_parallel_degree", str(spec["pp"])] if real else []
     return ["--model.flavor", spec["flavor"] + ("_fullrank" if fullrank else ""), "--boost.tp_strategy", strategy,
-            "--parallelism.tensor_parallel_degree", str(spec["tp"]),
+            "--parallelism.tensor_parallel_degree", str(spec["tp"]), *pipeline,
             "--parallelism.data_parallel_shard_degree", str(spec["dp"]),
-            "--training.local_batch_size", str(emulated_batch(spec, batch)), "--training.seq_len", str(seq_len),
-            "--training.steps", str(steps), "--metrics.log_freq", "1", "--compile.enable"]
+            "--training.local_batch_size", str(batch if real else emulated_batch(spec, batch)),
+            "--training.seq_len", str(seq_len), "--training.steps", str(steps), "--metrics.log_freq", "1",
+            "--compile.enable"]
 
 
-def summarize(spec: dict, run: dict, skip: int, batch: int) -> dict:
+def summarize(spec: dict, run: dict, skip: int, batch: int, real: bool = False) -> dict:
     timed = [r for r in run["steps"] if r["step"] > skip]
     if not run["ok"] or not timed:
         return {**spec, "batch": batch, "ok": False, "command": run["command"]}
     tps = statistics.median(r["tps"] for r in timed)  # tokens/s per device (torchtitan divides by tp·pp)
-    return {**spec, "batch": batch, "ok": True, "kind": "emulated",
-            "step_s": run["tokens_per_step"] / (tps * spec["tp"]),  # of the emulated (pipeline-free) rank
+    ranks = spec["tp"] * (spec["pp"] if real else 1)
+    return {**spec, "batch": batch, "ok": True, "kind": "measured" if real else "emulated",
+            "step_s": run["tokens_per_step"] / (tps * ranks),  # a real step, or the emulated (pipeline-free) rank's
             "tokens_per_s_gpu": tps, "tflops": statistics.median(r["tflops"] for r in timed),
             "mfu_pct": statistics.median(r["mfu"] for r in timed),
             "peak_mem_gib": max(r["mem_gib"] for r in run["steps"]), "command": run["command"]}
@@ -156,6 +161,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="trace the last step and bucket its GPU time")
     p.add_argument("--top", type=int, default=0, help="with --profile: write the N costliest kernels of each run")
     p.add_argument("--extra", default="", help='more overrides for every run, e.g. --extra="--a.b c"')
+    p.add_argument("--real", action="store_true",
+                   help="run the layouts for real (torchrun, NCCL, tp·pp·dp GPUs) instead of emulating rank 0")
     p.add_argument("--from-json", action="store_true",
                    help="no runs: recompute the derived columns and predictions from an earlier --out's JSON")
     p.add_argument("--out", default="docs/results/emulate")
@@ -177,8 +184,9 @@ def main() -> None:
                          str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
                          "--profiling.save_traces_folder", "traces"] if a.profile else []
             shutil.rmtree(dump / "traces", ignore_errors=True)
-            run = run_train(CONFIG, overrides(spec, batch, a.steps, a.seq_len) + profiling + a.extra.split(),
-                            spec["tp"] * spec["dp"], log_dir / f"{name}.log", emulate_rank=0)
+            gpus = spec["tp"] * spec["dp"] * (spec["pp"] if a.real else 1)
+            run = run_train(CONFIG, overrides(spec, batch, a.steps, a.seq_len, a.real) + profiling + a.extra.split(),
+                            gpus, log_dir / f"{name}.log", emulate_rank=None if a.real else 0)
             if a.profile:
                 run["steps"] = [r for r in run["steps"] if r["step"] <= a.steps - 2]  # traced steps left out
                 trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
@@ -189,41 +197,48 @@ def main() -> None:
                         print_table(top[name])
                 if name in buckets:
                     profiles += bucket_rows(name, buckets[name])
-            rows.append(summarize(spec, run, a.skip, batch))
+            rows.append(summarize(spec, run, a.skip, batch, a.real))
             print_table([rows[-1]], ["flavor", "strategy", "tp", "dp", "batch", "step_s", "tflops", "peak_mem_gib"])
     if buckets:
         profile_file.write_text(json.dumps(buckets, indent=1))
     if top:
         Path(a.out + "_kernels.json").write_text(json.dumps(top, indent=1))
     add_split_efficiency(rows)
-    fig5 = add_predictions(rows, a.seq_len, buckets)
+    fig5 = [] if a.real else add_predictions(rows, a.seq_len, buckets)
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
             "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib", "pred_tp_comm_s", "pred_step_s"]
     fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
                  "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va"]
     link = comm_model.H200_NODE
-    sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)]
+    sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)] if fig5 else []
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
     meta = env_info()
     if previous:  # the machine and versions the measurements came from
         meta = {**previous["meta"], "derived_columns_recomputed": meta["date"]}
-    write_results(a.out, rows, meta, "Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU "
-                  "(torchtitan fake backend: collectives cost nothing), and predicted step times",
-                  columns=cols, sections=sections,
-                  notes="EMULATED (step_s ... peak_mem_gib): one process plays rank 0 of the layout with real "
-                        "kernels at its real shapes; no collective runs, so step_s is the rank's compute only. "
-                        f"compiled, bf16, seq {a.seq_len}, synthetic tokens. perfect_s = tp 1 step / tp (same "
-                        "flavor and local batch, FSDP over 2 GPUs); split_eff = perfect_s / step_s. A pp > 1 row "
-                        "is the whole model at microbatch 1 without its pipeline. PREDICTED (pred_*): TP "
-                        f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
-                        f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
-                        "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over `batch` "
-                        "microbatches of 1, GPU-bound (see predict()).")
+    if a.real:
+        title, notes = ("BOOST's multi-GPU layouts, MEASURED over NCCL (torchrun, one node)",
+                        f"MEASURED: each layout on tp·pp·dp GPUs, compiled, bf16, seq {a.seq_len}, synthetic tokens; "
+                        "step_s = the step's wall time (communication included); pipelines run 1F1B with "
+                        "microbatches of 1.")
+    else:
+        title = ("Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU (torchtitan fake backend: "
+                 "collectives cost nothing), and predicted step times")
+        notes = ("EMULATED (step_s ... peak_mem_gib): one process plays rank 0 of the layout with real "
+                 "kernels at its real shapes; no collective runs, so step_s is the rank's compute only. "
+                 f"compiled, bf16, seq {a.seq_len}, synthetic tokens. perfect_s = tp 1 step / tp (same "
+                 "flavor and local batch, FSDP over 2 GPUs); split_eff = perfect_s / step_s. A pp > 1 row "
+                 "is the whole model at microbatch 1 without its pipeline. PREDICTED (pred_*): TP "
+                 f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
+                 f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
+                 "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over `batch` "
+                 "microbatches of 1, GPU-bound (see predict()).")
+    write_results(a.out, rows, meta, title, columns=cols, sections=sections, notes=notes)
     if profiles:
         print_table(profiles)
     print_table(rows, cols)
-    print_table(fig5, fig5_cols)
+    if fig5:
+        print_table(fig5, fig5_cols)
 
 
 if __name__ == "__main__":
