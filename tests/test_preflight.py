@@ -37,3 +37,28 @@ def test_eta_text_by_hand():
     assert eta_text(1, 30, 1, 100.0, 100.0) == "  [1/30, eta n/a]"
     # 10 steps after the first logged one took 20 s: 2 s a step, 20 steps left → 40 s
     assert eta_text(11, 31, 1, 100.0, 120.0) == "  [11/31, 0:00:20 elapsed, eta 0:00:40]"
+
+
+def _run_train(*args, **env):
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    start = time.monotonic()
+    proc = subprocess.run(["./scripts/run_train.sh", *args], cwd=root, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+    return proc, time.monotonic() - start
+
+
+def test_help_lists_the_boost_keys_at_once():
+    proc, seconds = _run_train("--help")
+    assert proc.returncode == 0 and seconds < 5, (seconds, proc.stderr[-500:])
+    assert "tp_strategy = 'btp'" in proc.stdout and "lowrank_checkpoint" in proc.stdout and "--help-all" in proc.stdout
+
+
+def test_missing_config_file_is_one_line():
+    proc, seconds = _run_train(CONFIG_FILE="train_configs/nope.toml")
+    assert proc.returncode == 2 and seconds < 5
+    assert proc.stderr.strip().count("\n") == 0 and "CONFIG_FILE=train_configs/nope.toml does not exist" in proc.stderr
