@@ -11,4 +11,5 @@ python3 -m venv .venv-torch2.11
 pip install -q torch==$OLDEST -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import torch; assert torch.__version__.startswith('$OLDEST'), torch.__version__"
 python -m pytest -q tests/test_tp_parity.py tests/test_rmsnorm.py tests/test_checkpoint.py \
-  tests/test_comm_accounting.py tests/test_mixed_precision.py tests/test_torchtitan_e2e.py
+  tests/test_comm_accounting.py tests/test_comm_model.py tests/test_mixed_precision.py tests/test_examples.py \
+  tests/test_torchtitan_e2e.py
