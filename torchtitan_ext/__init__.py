@@ -11,8 +11,10 @@ if not torch.cuda.is_available():
 
     cpu_shim.install()
 
+from .faults import die_with_launcher  # noqa: E402
 from .logs import quiet  # noqa: E402
 from .train_spec import register  # noqa: E402
 
+die_with_launcher()
 quiet()
 register()
