@@ -30,7 +30,8 @@ if [ ! -f "$CONFIG_FILE" ]; then
   exit 2
 fi
 # one readable line per configuration problem, before any rank starts (torchtitan_ext/preflight.py)
-NGPU=$NGPU python3 -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" "$@" || exit 2
+# (it also claims the checkpoint folder for this process, which exec becomes torchrun: one live run per folder)
+NGPU=$NGPU BOOST_LAUNCHER_PID=$$ python3 -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" "$@" || exit 2
 
 if [ -n "${COMM_MODE:-}" ]; then  # fake_backend: dry-run an NGPU layout in one process
   NGPU=$NGPU LOCAL_RANK=0 exec python3 -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" "$@" \

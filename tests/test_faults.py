@@ -54,3 +54,32 @@ def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
             except ProcessLookupError:
                 pass
         log.close()
+
+
+def test_one_live_run_per_checkpoint_folder(tmp_path):
+    """A folder held by a live process refuses a second run with one line naming it; a lock left by
+    a dead run (or a reused pid) is taken over."""
+    import json
+    import socket
+
+    from torchtitan_ext.faults import LOCK_NAME, claim_checkpoint_folder
+
+    folder = tmp_path / "dump" / "checkpoint"
+    assert claim_checkpoint_folder(str(folder), os.getpid()) is None  # this test's process holds it
+    lock = json.loads((folder / LOCK_NAME).read_text())
+    assert lock["host"] == socket.gethostname() and lock["pid"] == os.getpid()
+
+    proc = subprocess.run(["./scripts/run_train.sh", *TINY, "--training.steps", "2", "--checkpoint.enable",
+                           "--job.dump_folder", str(tmp_path / "dump")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NGPU": "2"}, timeout=120)
+    assert proc.returncode == 2 and "Training starts" not in proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"is held by a live run (host {socket.gethostname()}, pid {os.getpid()}, since {lock['since']})" in line
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (folder / LOCK_NAME).write_text(json.dumps({**lock, "pid": dead.pid}))  # its run is gone
+    assert claim_checkpoint_folder(str(folder), 424242) is None
+    assert json.loads((folder / LOCK_NAME).read_text())["pid"] == 424242
+    (folder / LOCK_NAME).write_text(json.dumps({**lock, "start_time": "1"}))  # same pid, another process
+    assert claim_checkpoint_folder(str(folder), 424243) is None

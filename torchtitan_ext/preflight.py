@@ -60,6 +60,12 @@ def problems(argv: list[str], world_size: int) -> list[str]:
             args.replace().update_from_config(job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)
         except (ValueError, FileNotFoundError) as e:
             out.append(str(e))
+    launcher = os.environ.get("BOOST_LAUNCHER_PID")  # run_train.sh's pid, which becomes torchrun's
+    if not out and job.checkpoint.enable and launcher:
+        from torchtitan_ext.faults import claim_checkpoint_folder
+
+        held = claim_checkpoint_folder(os.path.join(job.job.dump_folder, job.checkpoint.folder), int(launcher))
+        out += [held] if held else []
     return out
 
 
