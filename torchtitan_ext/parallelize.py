@@ -72,7 +72,9 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # copies of the fp32 master weights, fp32 gradients; FSDP2 issues no collective on a 1-rank
         # mesh. With dp_replicate > 1 the same wrapping is HSDP with shard size 1 (fp32 all-reduce).
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
-        apply_fsdp(model, _dense_mesh(parallel_dims, names), **fsdp)
+        # nothing is sharded, so resharding after forward would only cast every weight again for
+        # backward: keep the bf16 copies (one model's worth of bf16 weights) until backward is done
+        apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"})
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
         drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
     elif parallel_dims.dp_replicate_enabled:
