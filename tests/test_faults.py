@@ -83,3 +83,29 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
     assert json.loads((folder / LOCK_NAME).read_text())["pid"] == 424242
     (folder / LOCK_NAME).write_text(json.dumps({**lock, "start_time": "1"}))  # same pid, another process
     assert claim_checkpoint_folder(str(folder), 424243) is None
+
+
+def _blow_up(tmp_path, *extra):
+    """A run whose weights explode at step 1 (lr 1e30): step 2's loss and gradients are nan."""
+    return subprocess.run(["./scripts/run_train.sh", *TINY, "--training.steps", "5", "--optimizer.lr", "1e30",
+                           "--lr_scheduler.warmup_steps", "0", "--checkpoint.enable", "--checkpoint.interval", "1",
+                           "--job.dump_folder", str(tmp_path / "dump"), *extra], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "NGPU": "2"}, timeout=200)
+
+
+def test_nonfinite_gradient_stops_before_its_checkpoint(tmp_path):
+    proc = _blow_up(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "non-finite loss or gradient at step" in line]
+    assert lines and all("at step 2: stopping before its optimizer step" in line for line in lines), out[-2000:]
+    assert "Traceback" not in out.split("non-finite loss or gradient")[0][-2000:]
+    saved = sorted(p.name for p in (tmp_path / "dump" / "checkpoint").glob("step-*"))
+    assert saved == ["step-1"], saved  # nothing written from the non-finite state
+
+
+def test_nonfinite_steps_can_be_skipped(tmp_path):
+    proc = _blow_up(tmp_path, "--boost.skip_nonfinite_steps")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    skipped = [line for line in proc.stdout.splitlines() if "step skipped" in line and "[rank0]" in line]
+    assert [line.split("at step ")[1].split(":")[0] for line in skipped] == ["2", "3", "4", "5"], skipped

@@ -87,3 +87,56 @@ def claim_checkpoint_folder(folder: str, launcher_pid: int) -> str | None:
             json.dump(mine, f)
         return None
     return f"could not claim {path}"
+
+
+# ---- non-finite gradients ------------------------------------------------------------------------
+class NonFiniteGuard:
+    """An optimizer step pre-hook: if any gradient on any rank is inf or nan (a non-finite loss makes
+    them so), stop the run with one line naming the step, before the optimizer step and hence before
+    any checkpoint of that state; or, with ``skip``, drop the step's gradients (the optimizer then
+    leaves every weight and its state as they were) and go on.
+
+    Cost: one norm pass over the rank's gradient shards and an all-reduce of one value per step.
+    The step is read from AdamW's own per-parameter counter, so it is right after a resume too.
+    """
+
+    def __init__(self, model_parts, skip: bool = False):
+        self.model_parts, self.skip = model_parts, skip
+        self.skipped = 0  # steps skipped by this process (AdamW's counter does not count them)
+
+    def _step(self, optimizer) -> int:
+        for opt in getattr(optimizer, "optimizers", [optimizer]):
+            for state in opt.state.values():
+                if "step" in state:
+                    return int(state["step"]) + 1 + self.skipped
+        return 1 + self.skipped
+
+    def __call__(self, optimizer, args, kwargs) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+
+        params = [p for m in self.model_parts for p in m.parameters() if p.grad is not None]
+        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads)
+        finite = torch.stack(norms).float().sum().isfinite().float()
+        if dist.is_initialized():
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        if finite.item() == 1.0:
+            return
+        step = self._step(optimizer)
+        if self.skip:
+            from torchtitan.tools.logging import logger
+
+            logger.warning(f"non-finite gradient at step {step}: step skipped (weights and optimizer state kept)")
+            self.skipped += 1
+            for p in params:
+                p.grad = None
+            return
+        sys.stderr.write(f"non-finite loss or gradient at step {step}: stopping before its optimizer step, so no "
+                         "checkpoint holds that state (resume from the last one; [boost] skip_nonfinite_steps = "
+                         "true skips such steps instead)\n")
+        sys.stderr.flush()
+        raise SystemExit(3)

@@ -32,6 +32,10 @@ class Boost:
     synthetic_vocab_size: int = 32000
     """Token ids of the "synthetic" dataset are drawn from [0, synthetic_vocab_size)."""
 
+    skip_nonfinite_steps: bool = False
+    """A step whose loss or gradient is inf/nan stops the run before its optimizer step (no checkpoint
+    of that state is written); true: skip such a step (weights and optimizer state kept) and go on."""
+
 
 @dataclass
 class JobConfig:

@@ -16,6 +16,7 @@ from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
+from .faults import NonFiniteGuard
 from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
 
@@ -55,9 +56,13 @@ def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallel
 
 
 def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None):
-    """torchtitan's optimizers; with a tied matrix split across pipeline stages, its mirror is
-    refreshed after every step (see :func:`pipeline_cola`)."""
+    """torchtitan's optimizers, behind a guard against non-finite gradients (:class:`NonFiniteGuard`);
+    with a tied matrix split across pipeline stages, its mirror is refreshed after every step (see
+    :func:`pipeline_cola`)."""
     optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+    # torchtitan hands this builder only the [optimizer] section: parallelize_cola left the flag on the model
+    skip = getattr(model_parts[0], "skip_nonfinite_steps", False)
+    optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=skip))
     tied = getattr(model_parts[0], "tied_pipeline_embeddings", None)
     if tied is not None:
         optimizers.register_step_post_hook(lambda *args, **kwargs: tied.copy_weight())
