@@ -109,3 +109,63 @@ def test_nonfinite_steps_can_be_skipped(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     skipped = [line for line in proc.stdout.splitlines() if "step skipped" in line and "[rank0]" in line]
     assert [line.split("at step ")[1].split(":")[0] for line in skipped] == ["2", "3", "4", "5"], skipped
+
+
+def _metrics(log: str) -> dict[int, str]:
+    import re
+
+    out = {}
+    for line in log.splitlines():
+        m = re.search(r"step:\s*(\d+)\s+(loss:\s*\S+\s+grad_norm:\s*\S+)", line)
+        if m and "[rank0]" in line:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def test_killed_run_resumes_from_last_complete_checkpoint_bit_exactly(tmp_path):
+    """Kill the launcher at step 13 of 20 (checkpoints every 5 steps); step-10 is then made what a crash
+    during its save leaves (DCP writes `.metadata` last, so: no metadata). The same command again
+    resumes from step-5, the last complete checkpoint, and reproduces the uninterrupted run's loss
+    and gradient norm at every step from 6 to 20, to the printed digit."""
+    args = [*TINY, "--parallelism.tensor_parallel_degree", "2", "--training.steps", "20", "--checkpoint.enable",
+            "--checkpoint.interval", "5", "--debug.seed", "7"]
+    env = {**os.environ, "NGPU": "2"}
+    ref = subprocess.run(["./scripts/run_train.sh", *args, "--job.dump_folder", str(tmp_path / "a")], cwd=ROOT,
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert ref.returncode == 0, ref.stdout[-2000:]
+    expected = _metrics(ref.stdout)
+    assert sorted(expected) == list(range(1, 21))
+
+    run = [*args, "--job.dump_folder", str(tmp_path / "b")]
+    log = open(tmp_path / "b.log", "w")
+    proc = subprocess.Popen(["./scripts/run_train.sh", *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + 120
+        while "step: 13" not in (tmp_path / "b.log").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "b.log").read_text()[-2000:]
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+    ckpt = tmp_path / "b" / "checkpoint"
+    assert (ckpt / "step-10" / ".metadata").is_file()
+    (ckpt / "step-10" / ".metadata").unlink()  # the save of step 10 was cut short
+
+    again = subprocess.run(["./scripts/run_train.sh", *run], cwd=ROOT, capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert "Training starts at step 6" in again.stdout, again.stdout[-2000:]
+    resumed = _metrics(again.stdout)
+    assert resumed == {s: expected[s] for s in range(6, 21)}
