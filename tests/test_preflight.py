@@ -62,3 +62,43 @@ def test_missing_config_file_is_one_line():
     proc, seconds = _run_train(CONFIG_FILE="train_configs/nope.toml")
     assert proc.returncode == 2 and seconds < 5
     assert proc.stderr.strip().count("\n") == 0 and "CONFIG_FILE=train_configs/nope.toml does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b'{"text": "one"}\n{"text": "tw', "line 2: not a JSON record"),                    # truncated line
+    (b'{"text": "one"}\n{"text": "\xff\xfe"}\n', "line 2: not UTF-8"),
+    (b'{"text": "one"}\n{"title": "no text"}\n', 'line 2: the record has no "text" string'),
+    (b"\n\n", "holds no documents"),
+])
+def test_bad_data_is_one_line_naming_file_and_line(tmp_path, content, expected):
+    bad = tmp_path / "train.jsonl"
+    bad.write_bytes(content)
+    (found,) = problems(BASE + ["--training.dataset", "corpus", "--training.dataset_path", str(bad)], 2)
+    assert found.startswith(str(bad)) and expected in found, found
+
+
+def test_corrupt_gzip_corpus_is_named(tmp_path):
+    import gzip
+
+    good = gzip.compress(b'{"text": "hello"}\n' * 1000)
+    bad = tmp_path / "train.jsonl.gz"
+    bad.write_bytes(good[: len(good) // 2])  # cut mid-stream, as an interrupted copy leaves it
+    (found,) = problems(BASE + ["--training.dataset", "corpus", "--training.dataset_path", str(bad)], 2)
+    assert found.startswith(f"{bad} is corrupt or truncated"), found
+
+
+def test_dataset_too_short_for_one_batch_on_a_rank(tmp_path):
+    from boost_titan.data.datasets import DataError, _packed_loader
+    from boost_titan.data.tokenizer import build_tokenizer
+
+    short = tmp_path / "train.jsonl"
+    short.write_text('{"text": "a few words only"}\n{"text": "and a few more"}\n')
+    job = _job(["--training.dataset", "corpus", "--training.dataset_path", str(short)])
+    with pytest.raises(DataError, match=r"corpus: DP rank 1 holds \d+ tokens, fewer than one batch \(4 x 257\)"):
+        _packed_loader("corpus", str(short), build_tokenizer(job), 256, 4, job.training.dataloader, 1, 2, True)
+
+
+def _job(overrides):
+    from torchtitan.config import ConfigManager
+
+    return ConfigManager().parse_args(BASE + overrides)

@@ -18,7 +18,7 @@ def problems(argv: list[str], world_size: int) -> list[str]:
     import torchtitan_ext  # noqa: F401  (registers the family and the [boost] section)
     from torchtitan.config import ConfigManager
 
-    from boost_titan.data.datasets import DATASETS, corpus_problem
+    from boost_titan.data.datasets import DATASETS, VALIDATION_SPLITS, check_text_dataset
     from boost_titan.models import FLAVORS
     from boost_titan.parallel import check_tp
 
@@ -53,8 +53,9 @@ def problems(argv: list[str], world_size: int) -> list[str]:
         known = ["synthetic", *sorted(k for k in DATASETS if not k.endswith("_validation"))]
         if name.lower() not in known and name.lower() not in DATASETS:
             out.append(f"{what}={name!r} is unknown; choose one of {known}")
-        elif (problem := corpus_problem(name.lower(), path)) is not None:
-            out.append(problem)
+        elif (problem := check_text_dataset(VALIDATION_SPLITS.get(name.lower(), name.lower())
+                                            if what.startswith("validation") else name.lower(), path)):
+            out.append(problem)  # a missing, corrupt, truncated, non-UTF-8, non-JSON or empty file
     if not out:
         try:
             args.replace().update_from_config(job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)

@@ -6,9 +6,14 @@ front. Nothing is downloaded at run time: "embedded" ships in the repo and "corp
 lines, ~73 MB of text, ~19M GPT-2 tokens) is built once by ``scripts/build_corpus.py``.
 """
 
+import bz2
 import copy
+import gzip
 import inspect
+import json
+import lzma
 import time
+import zlib
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from datasets import Dataset, load_dataset
+from datasets import Dataset
 from datasets.distributed import split_dataset_by_node
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset, get_worker_info
@@ -43,8 +48,52 @@ VALIDATION_SPLITS = {"embedded": "embedded_validation", "corpus": "corpus_valida
 """``validation.dataset`` may name a training set; it then means that set's held-out split."""
 
 
+class DataError(ValueError):
+    """A dataset that cannot be trained on; the message names the file (and line) and the problem."""
+
+
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+
+
 def _read_jsonl(path: str | Path) -> Dataset:
-    return load_dataset("json", data_files=str(path), split="train")
+    """The ``"text"`` of every JSON-lines record of ``path`` (plain, .gz, .xz or .bz2), checked line by
+    line: a corrupt or truncated file, a non-UTF-8 or non-JSON line, a record without text, or no
+    record at all is a :class:`DataError` naming the file and line."""
+    path = Path(path)
+    texts = []
+    try:
+        with _OPENERS.get(path.suffix, open)(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    raise DataError(f"{path} line {number}: not UTF-8 ({e.reason} at byte {e.start})") from None
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path} line {number}: not a JSON record ({e.msg} at column {e.colno}; "
+                                    "a truncated line?)") from None
+                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                    raise DataError(f'{path} line {number}: the record has no "text" string')
+                texts.append(record["text"])
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:  # gzip's BadGzipFile is an OSError
+        raise DataError(f"{path} is corrupt or truncated ({type(e).__name__}: {e}); rebuild or replace it") from None
+    if not texts:
+        raise DataError(f"{path} holds no documents")
+    return Dataset.from_dict({"text": texts})
+
+
+def check_text_dataset(dataset: str, path: str | None) -> str | None:
+    """Read one of our text datasets' files ("embedded", "corpus" or their validation splits) as
+    training would; the problem in one line, or None."""
+    config = DATASETS.get(dataset)
+    if config is None or dataset not in PACKED_DATASETS:
+        return None
+    try:
+        config.loader(path or config.path)
+    except (DataError, FileNotFoundError) as e:
+        return str(e)
+    return None
 
 
 def _embedded_split(path: str, split: str) -> Dataset:
@@ -80,15 +129,6 @@ def _corpus_split(path: str, split: str) -> Dataset:
     if not file.is_file():
         raise FileNotFoundError(_missing_corpus_message(file))
     return _read_jsonl(file)
-
-
-def corpus_problem(dataset: str, path: str | None) -> str | None:
-    """Why the corpus split ``dataset`` ("corpus" or its validation split) cannot be read, or None."""
-    split = {"corpus": "train", VALIDATION_SPLITS["corpus"]: "validation"}.get(dataset)
-    if split is None:
-        return None
-    file = _corpus_file(path or str(CORPUS_DIR), split)
-    return None if file.is_file() else _missing_corpus_message(file)
 
 
 def _text(sample: dict[str, Any]) -> str:
@@ -171,6 +211,10 @@ class PackedText(IterableDataset, Stateful):
 def _packed_loader(dataset: str, dataset_path: str | None, tokenizer, seq_len: int, batch_size: int,
                    dataloader_cfg, dp_rank: int, dp_world_size: int, infinite: bool) -> ParallelAwareDataloader:
     data = PackedText(dataset, dataset_path, tokenizer, seq_len, dp_rank, dp_world_size, infinite)
+    if len(data.tokens) < batch_size * (seq_len + 1):
+        raise DataError(f"{dataset}: DP rank {dp_rank} holds {len(data.tokens):,} tokens, fewer than one batch "
+                        f"({batch_size} x {seq_len + 1}); use fewer data-parallel ranks, a smaller batch or "
+                        "seq_len, or more data")
     return _parallel_loader(data, batch_size, dataloader_cfg, dp_rank, dp_world_size)
 
 
