@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model.flavor", "tiny", "--training.dataset", "synthetic", "--boost.tokenizer", "none",
         "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64", "--training.local_batch_size", "2",
@@ -122,28 +124,47 @@ def _metrics(log: str) -> dict[int, str]:
     return out
 
 
-def test_killed_run_resumes_from_last_complete_checkpoint_bit_exactly(tmp_path):
-    """Kill the launcher at step 13 of 20 (checkpoints every 5 steps); step-10 is then made what a crash
-    during its save leaves (DCP writes `.metadata` last, so: no metadata). The same command again
-    resumes from step-5, the last complete checkpoint, and reproduces the uninterrupted run's loss
-    and gradient norm at every step from 6 to 20, to the printed digit."""
-    args = [*TINY, "--parallelism.tensor_parallel_degree", "2", "--training.steps", "20", "--checkpoint.enable",
-            "--checkpoint.interval", "5", "--debug.seed", "7"]
-    env = {**os.environ, "NGPU": "2"}
-    ref = subprocess.run(["./scripts/run_train.sh", *args, "--job.dump_folder", str(tmp_path / "a")], cwd=ROOT,
-                         capture_output=True, text=True, env=env, timeout=300)
+RESUME_ARGS = [*TINY, "--parallelism.tensor_parallel_degree", "2", "--training.steps", "20", "--checkpoint.enable",
+               "--checkpoint.interval", "5", "--debug.seed", "7"]
+
+# injected into the ranks of one run by the test (a sitecustomize on their PYTHONPATH): the process that
+# writes DCP's metadata dies right before writing it, in the save of step 10 (data files already written)
+CRASH_IN_SAVE = """
+import os
+from torch.distributed.checkpoint import filesystem
+
+_finish = filesystem._FileSystemWriter.finish
+
+def finish(self, metadata, results):
+    if "step-10" in str(self.path):
+        os._exit(9)
+    return _finish(self, metadata, results)
+
+filesystem._FileSystemWriter.finish = finish
+"""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """loss and grad norm as printed at steps 1-20 of the run nothing interrupts."""
+    dump = tmp_path_factory.mktemp("uninterrupted")
+    ref = subprocess.run(["./scripts/run_train.sh", *RESUME_ARGS, "--job.dump_folder", str(dump)], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "NGPU": "2"}, timeout=300)
     assert ref.returncode == 0, ref.stdout[-2000:]
     expected = _metrics(ref.stdout)
     assert sorted(expected) == list(range(1, 21))
+    return expected
 
-    run = [*args, "--job.dump_folder", str(tmp_path / "b")]
+
+def _run_until_killed(tmp_path, run, step: int, env) -> None:
+    """Start ``run``; SIGKILL the launcher once step ``step`` is logged; wait for the ranks to go."""
     log = open(tmp_path / "b.log", "w")
     proc = subprocess.Popen(["./scripts/run_train.sh", *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
     workers = []
     try:
         deadline = time.monotonic() + 120
-        while "step: 13" not in (tmp_path / "b.log").read_text():
+        while f"step: {step}" not in (tmp_path / "b.log").read_text():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "b.log").read_text()[-2000:]
             time.sleep(0.2)
         workers = _children(proc.pid)
@@ -159,13 +180,35 @@ def test_killed_run_resumes_from_last_complete_checkpoint_bit_exactly(tmp_path):
             except ProcessLookupError:
                 pass
         log.close()
-    ckpt = tmp_path / "b" / "checkpoint"
-    assert (ckpt / "step-10" / ".metadata").is_file()
-    (ckpt / "step-10" / ".metadata").unlink()  # the save of step 10 was cut short
 
+
+def test_killed_run_resumes_bit_exactly(tmp_path, uninterrupted):
+    """SIGKILL of the launcher at step 13 of 20 (checkpoints every 5 steps): the same command again
+    resumes from step-10 and reproduces the uninterrupted run's loss and gradient norm at every step
+    from 11 to 20, to the printed digit."""
+    run, env = [*RESUME_ARGS, "--job.dump_folder", str(tmp_path / "b")], {**os.environ, "NGPU": "2"}
+    _run_until_killed(tmp_path, run, 13, env)
+    again = subprocess.run(["./scripts/run_train.sh", *run], cwd=ROOT, capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert "Training starts at step 11" in again.stdout, again.stdout[-2000:]
+    assert _metrics(again.stdout) == {s: uninterrupted[s] for s in range(11, 21)}
+
+
+def test_crash_during_a_save_resumes_from_the_last_complete_checkpoint(tmp_path, uninterrupted):
+    """A rank dies inside the save of step 10, after its data files and before DCP's metadata (which
+    DCP writes last): the run fails, step-10 stays without metadata, and the same command again
+    resumes from step-5 and reproduces steps 6-20 bit-exactly."""
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(CRASH_IN_SAVE)
+    run, env = [*RESUME_ARGS, "--job.dump_folder", str(tmp_path / "b")], {**os.environ, "NGPU": "2"}
+    crashed = subprocess.run(["./scripts/run_train.sh", *run], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**env, "PYTHONPATH": f"{tmp_path / 'inject'}:{env.get('PYTHONPATH', '')}"})
+    assert crashed.returncode != 0 and "step: 10" in crashed.stdout, crashed.stdout[-2000:]
+    step10 = tmp_path / "b" / "checkpoint" / "step-10"
+    assert step10.is_dir() and any(step10.iterdir()) and not (step10 / ".metadata").exists()
     again = subprocess.run(["./scripts/run_train.sh", *run], cwd=ROOT, capture_output=True, text=True, env=env,
                            timeout=300)
     assert again.returncode == 0, again.stdout[-2000:]
     assert "Training starts at step 6" in again.stdout, again.stdout[-2000:]
-    resumed = _metrics(again.stdout)
-    assert resumed == {s: expected[s] for s in range(6, 21)}
+    assert _metrics(again.stdout) == {s: uninterrupted[s] for s in range(6, 21)}
