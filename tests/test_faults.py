@@ -216,3 +216,20 @@ def test_crash_during_a_save_resumes_from_the_last_complete_checkpoint(tmp_path,
     assert again.returncode == 0, again.stdout[-2000:]
     assert "Training starts at step 6" in again.stdout, again.stdout[-2000:]
     assert _metrics(again.stdout) == {s: uninterrupted[s] for s in range(6, 31)}
+
+
+def test_rank_with_too_little_data_fails_with_one_line(tmp_path):
+    """Two documents, two data-parallel ranks, and fewer tokens per rank than one batch: each rank stops
+    before training with one line naming the dataset, the rank and the counts (no traceback of its own)."""
+    short = tmp_path / "train.jsonl"
+    short.write_text('{"text": "a few words only"}\n{"text": "and a few more"}\n')
+    proc = subprocess.run(["./scripts/run_train.sh", "--parallelism.tensor_parallel_degree", "1", "--training.dataset",
+                           "corpus", "--training.dataset_path", str(short), "--training.steps", "2",
+                           "--job.dump_folder", str(tmp_path / "dump")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NGPU": "2", "LOG_RANK": "0,1"}, timeout=200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Training starts" not in out
+    lines = [line for line in out.splitlines() if "data error: corpus: DP rank" in line]
+    assert lines and all("tokens, fewer than one batch (4 x 257)" in line for line in lines), out[-2000:]
+    assert not any(line.startswith("[rank") and "Traceback" in line for line in out.splitlines()), out[-3000:]
+    # (torchrun's own launcher then reports the failed child with its traceback: its behaviour, not the rank's)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import torch
@@ -13,6 +14,7 @@ from torchtitan.protocols.train_spec import TrainSpec, get_train_spec, register_
 from torchtitan.tools.logging import logger
 
 from boost_titan.data import build_dataloader, build_tokenizer, build_validator
+from boost_titan.data.datasets import DataError
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
@@ -88,6 +90,20 @@ def build_loss(job_config, parallel_dims=None, **kwargs):
     return torch.compile(cross_entropy_loss, backend="inductor", options={"fx_graph_cache": False})
 
 
+def _data_errors_as_one_line(build):
+    """A dataset that cannot be trained on (:class:`~boost_titan.data.datasets.DataError`: the file and
+    line, or the rank and its token count) ends the rank with that one line instead of a traceback."""
+
+    @functools.wraps(build)
+    def wrapped(*args, **kwargs):
+        try:
+            return build(*args, **kwargs)
+        except DataError as e:
+            raise SystemExit(f"data error: {e}") from None
+
+    return wrapped
+
+
 def train_spec() -> TrainSpec:
     return TrainSpec(
         model_cls=Transformer,
@@ -96,10 +112,10 @@ def train_spec() -> TrainSpec:
         pipelining_fn=pipeline_cola,
         build_optimizers_fn=build_optimizers_cola,
         build_lr_schedulers_fn=build_lr_schedulers,
-        build_dataloader_fn=build_dataloader,
+        build_dataloader_fn=_data_errors_as_one_line(build_dataloader),
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=build_loss,
-        build_validator_fn=build_validator,
+        build_validator_fn=_data_errors_as_one_line(build_validator),
         build_metrics_processor_fn=build_metrics_processor,
     )
 
