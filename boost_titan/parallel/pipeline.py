@@ -23,9 +23,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
+from .styles import _local
 
 
 def _grad_like_param(param: torch.Tensor) -> torch.Tensor:
