@@ -158,7 +158,9 @@ def test_rope_is_a_rotation():
 def _job(tokenizer, dataset="embedded", vocab_from_tokenizer=False):
     from types import SimpleNamespace
 
-    boost = SimpleNamespace(grouped=True, tokenizer=tokenizer, vocab_from_tokenizer=vocab_from_tokenizer)
+    from torchtitan_ext.job_config import Boost
+
+    boost = Boost(tokenizer=tokenizer, vocab_from_tokenizer=vocab_from_tokenizer)
     return SimpleNamespace(training=SimpleNamespace(seq_len=128, dataset=dataset), boost=boost)
 
 

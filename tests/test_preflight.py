@@ -25,6 +25,7 @@ def test_the_shipped_configs_pass():
     (["--boost.tokenizer", "cl100k_base"], 2, "tokenizer 'cl100k_base' has 100277 tokens but the model's vocab_size is 50304"),
     (["--boost.lowrank_checkpoint", "--activation_checkpoint.mode", "full"], 2,
      "lowrank_checkpoint=true replaces activation_checkpoint.mode='full'"),
+    (["--boost.fused_cross_entropy"], 2, "fused_cross_entropy=true needs the whole lm_head on each rank (tp = 1, pp = 1)"),
 ])
 def test_each_problem_is_named(overrides, world, expected):
     found = problems(BASE + overrides, world)
@@ -102,3 +103,14 @@ def _job(overrides):
     from torchtitan.config import ConfigManager
 
     return ConfigManager().parse_args(BASE + overrides)
+
+
+def test_flash_attention_needs_what_it_names():
+    """attention='flash' on a machine without a GPU (CI), or without flash-attn, is one config error."""
+    import torch
+
+    found = problems(BASE + ["--boost.attention", "flash"], 2)
+    if not torch.cuda.is_available():
+        assert any("attention='flash' needs a CUDA GPU" in p for p in found), found
+    else:
+        assert found == [] or any("no flash-attn kernel can be loaded" in p for p in found), found

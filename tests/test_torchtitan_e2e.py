@@ -115,6 +115,11 @@ SPECS: dict[str, Spec] = {
     "fullrank_tp1": Spec(1, tiny("--boost.tp_strategy", "fullrank", flavor="tiny_fullrank", steps=3), cost=10),
     "compile_fullrank": Spec(2, tiny(*TP2, "--compile.enable", "--boost.tp_strategy", "fullrank",
                                      flavor="tiny_fullrank", steps=3), cost=35),
+    # the lm_head fused into the loss (chunked PyTorch on CPU): alone, under FSDP2, tied under FSDP2
+    "tp1_fused": Spec(1, tiny("--boost.fused_cross_entropy"), cost=10),
+    "dp2_fused": Spec(2, tiny("--boost.fused_cross_entropy")),
+    "dp2_tied": Spec(2, tiny(flavor="tiny_tied")),
+    "dp2_tied_fused": Spec(2, tiny("--boost.fused_cross_entropy", flavor="tiny_tied")),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -433,6 +438,17 @@ def test_bf16_without_fsdp_tracks_tp1(runs, variant):
     assert max(abs(losses[s] - fp32.losses()[s]) / fp32.losses()[s] for s in range(1, 11)) > 1.5e-5, \
         "the bf16 run matches the fp32 one: it did not compute in bf16"
     assert_curves_close(losses, bf16.losses(), range(1, 11), 2e-3, f"{variant} vs tp1 bf16")
+
+
+@pytest.mark.parametrize("variant, reference", [("tp1_fused", "tp1"), ("dp2_fused", "dp2"),
+                                                ("dp2_tied_fused", "dp2_tied")])
+def test_fused_cross_entropy_matches_logits_loss(runs, variant, reference):
+    """``[boost] fused_cross_entropy``: the lm_head applied inside the loss gives the same training curve,
+    on one rank and under FSDP2 (where the head's weight is read unsharded in forward and its gradient
+    reduced at the end of backward), untied and tied to the embedding."""
+    run = runs.get(variant)
+    assert "lm_head + loss: boost_titan's chunked linear cross-entropy" in run.log
+    assert_curves_close(run.losses(), runs.get(reference).losses(), range(1, 11), RTOL, f"{variant} vs {reference}")
 
 
 def test_clear_errors(runs):

@@ -18,6 +18,15 @@ class Boost:
     """Run A_q|A_k|A_v (A_gate|A_up) as one GEMM + one all-reduce and their B factors as one batched
     GEMM. False keeps separate GEMMs and collectives (ablation)."""
 
+    attention: Literal["sdpa", "flash"] = "sdpa"
+    """Attention kernel: PyTorch SDPA, or "flash": flash-attn-4 (flash_attn.cute, SM90+) where installed,
+    else flash-attn 2; a run without either stops with one line naming what is missing."""
+
+    fused_cross_entropy: bool = False
+    """Fuse the lm_head GEMM with the cross-entropy (liger-kernel on CUDA, else a chunked PyTorch
+    version): the same loss without materialising the [tokens, vocab] logits. Needs an lm_head that is
+    not vocab-sharded (tp = 1) and no pipeline parallelism."""
+
     lowrank_checkpoint: bool = False
     """Activation checkpointing that saves only the bottleneck all-reduce outputs (and the residual
     stream); everything else is recomputed in backward without any collective."""

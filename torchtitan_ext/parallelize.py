@@ -13,6 +13,8 @@ from torchtitan.distributed.activation_checkpoint import apply_ac
 from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp
 from torchtitan.tools.logging import logger
 
+from boost_titan.ops.attention import check_backend, save_for_backward_ops
+from boost_titan.ops.cross_entropy import implementation_name
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
 
@@ -28,6 +30,13 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
                          f"{parallel_dims.seq_len_divisor} (tp · 2 · cp)")
     if parallel_dims.cp_enabled:
         raise NotImplementedError("context parallelism is not supported by cola_llama yet")
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    for problem in kernel_problems(boost, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device):
+        raise ValueError(problem)
+    logger.info(f"Attention: {check_backend(boost.attention, device)}")
+    if boost.fused_cross_entropy:
+        model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both
+        logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
 
     if parallel_dims.tp_enabled:
         apply_tp(model, parallel_dims.get_mesh("tp"), boost.tp_strategy, args, rmsnorm=boost.rmsnorm,
@@ -44,7 +53,7 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         logger.info("Applied low-rank activation checkpointing (saves the bottleneck all-reduce outputs)")
     elif ac_mode != "none":
         apply_ac(model, job_config.activation_checkpoint, model_compile_enabled=compile_model,
-                 op_sac_save_list=_op_sac_save_list, base_folder=job_config.job.dump_folder)
+                 op_sac_save_list=_op_sac_save_list | save_for_backward_ops(), base_folder=job_config.job.dump_folder)
 
     if compile_model and parallel_dims.tp_enabled and (boost.lowrank_checkpoint or ac_mode != "none"):
         # torch.compile(block) of a checkpointed block with tp DTensor parameters fails in AOTAutograd
@@ -83,6 +92,19 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     return model
 
 
+def kernel_problems(boost, tp: int, pp: int, device: torch.device | None = None) -> list[str]:
+    """The ``[boost]`` kernel choices this layout and machine cannot run (one line each; empty: fine)."""
+    out = []
+    if boost.fused_cross_entropy and (tp > 1 or pp > 1):
+        out.append(f"[boost] fused_cross_entropy=true needs the whole lm_head on each rank (tp = 1, pp = 1), "
+                   f"got tp={tp} pp={pp}; at tp > 1 loss parallelism already keeps the logits vocab-sharded")
+    try:
+        check_backend(boost.attention, device)
+    except (RuntimeError, ValueError) as e:
+        out.append(str(e))
+    return out
+
+
 def _dense_mesh(parallel_dims, names: list[str]):
     """``parallel_dims.get_mesh(names)`` also where a dim has size 1 (``get_mesh`` refuses those).
 
@@ -103,7 +125,8 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
                reshard_after_forward_policy="default") -> None:
     """torchtitan's FSDP2 wrapping (embedding, each block, norm+head, root), tied-embedding aware.
 
-    A tied embedding/lm_head is one parameter, so it must live in one FSDP group: the root's.
+    A tied embedding/lm_head is one parameter, so it must live in one FSDP group: the root's; so does
+    the lm_head of a model that defers it to the loss (``defer_lm_head``).
     """
     config = {"mesh": dp_mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
     if cpu_offload:
@@ -116,7 +139,10 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
         fully_shard(model.tok_embeddings, **config, reshard_after_forward=reshard)
     for block in model.layers.values():
         fully_shard(block, **config, reshard_after_forward=reshard)
-    if model.norm is not None and model.output is not None and not tied:
+    # A deferred lm_head (fused cross-entropy) has its weight read in forward and used by the loss after
+    # it: the root group keeps its parameters unsharded from forward to backward and reduces their
+    # gradients at the end of backward, so the head stays in it.
+    if model.norm is not None and model.output is not None and not tied and not model.defer_lm_head:
         fully_shard([model.norm, model.output], **config,
                     reshard_after_forward=reshard_after_forward_policy == "always")
     fully_shard(model, **config)

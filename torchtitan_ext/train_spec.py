@@ -16,6 +16,8 @@ from torchtitan.tools.logging import logger
 from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.data.datasets import DataError
 from boost_titan.models import FLAVORS, Transformer
+from boost_titan.models.model import HeadInput
+from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
 from .faults import NonFiniteGuard
@@ -71,15 +73,27 @@ def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manag
     return optimizers
 
 
+def fused_linear_cross_entropy_loss(pred: HeadInput, labels: torch.Tensor) -> torch.Tensor:
+    """The loss for ``[boost] fused_cross_entropy``: the model returned (hidden, lm_head weight)."""
+    if not isinstance(pred, HeadInput):
+        raise TypeError(f"fused_cross_entropy: the model returned {type(pred).__name__}, not HeadInput "
+                        "(was parallelize_cola, which sets defer_lm_head, skipped?)")
+    return linear_cross_entropy_sum(pred.hidden, pred.weight, labels)
+
+
 def build_loss(job_config, parallel_dims=None, **kwargs):
     """torchtitan's cross-entropy (sum), compiled as torchtitan does, except that under loss-parallel TP
-    the compiled loss bypasses inductor's FX graph cache.
+    the compiled loss bypasses inductor's FX graph cache. With ``[boost] fused_cross_entropy`` the
+    lm_head and the loss are one op instead (:func:`fused_linear_cross_entropy_loss`, not compiled:
+    its chunk loop and liger's Triton kernels are what runs).
 
     loss_parallel bakes the rank's vocabulary offset into the traced graph, but the cache key does not
     include the rank: ranks sharing a cache directory load each other's graphs and compute a wrong loss
     and gradient, silently (TP2, CPU, torch 2.13: 6.55 instead of 6.27 at step 1; same class as
     pytorch#188332).
     """
+    if job_config.boost.fused_cross_entropy:
+        return fused_linear_cross_entropy_loss
     compile_cfg = job_config.compile
     loss_parallel = (parallel_dims is not None and parallel_dims.tp_enabled
                      and not job_config.parallelism.disable_loss_parallel)

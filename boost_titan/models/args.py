@@ -32,6 +32,7 @@ class TransformerArgs(BaseModelArgs):
     init_std: float = 0.025  # embedding / lm_head / dense projections (BOOST configs: 0.025)
     init_seed: int = 0
     grouped: bool = True  # run the A (and B) factors that share an input as one GEMM (see Projection)
+    attention: str = "sdpa"  # attention kernel: "sdpa" | "flash" (boost_titan.ops.attention)
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -54,6 +55,7 @@ class TransformerArgs(BaseModelArgs):
             (0 <= self.mlp_rank < min(self.dim, self.ffn_dim),
              f"mlp_rank={self.mlp_rank} must be 0 (dense) or in [1, min(dim, ffn_dim)={min(self.dim, self.ffn_dim)})"),
             (self.vocab_size > 0 and self.n_layers > 0, "vocab_size and n_layers must be positive"),
+            (self.attention in ("sdpa", "flash"), f"attention={self.attention!r} must be 'sdpa' or 'flash'"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -65,7 +67,7 @@ class TransformerArgs(BaseModelArgs):
         boost = getattr(job_config, "boost", None)
         if boost is None:
             return
-        self.grouped = boost.grouped
+        self.grouped, self.attention = boost.grouped, boost.attention
         if boost.tokenizer == "none" or job_config.training.dataset == "synthetic":
             return
         from boost_titan.data import build_tokenizer  # the tokenizer decides the vocabulary it needs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from torch import nn
 
 from torchtitan.protocols.model import ModelProtocol
 
+from boost_titan.ops.attention import attention
 from boost_titan.ops.precision import upcast
 from boost_titan.ops.rmsnorm import rms_norm
 
@@ -156,7 +158,7 @@ class Attention(nn.Module):
     def __init__(self, args: TransformerArgs):
         super().__init__()
         d, hd = args.dim, args.head_dim
-        self.head_dim = hd
+        self.head_dim, self.backend = hd, args.attention
         depth_std = args.init_std / math.sqrt(2 * args.n_layers)  # residual-branch outputs (dense)
         self.qkv = Projection(d, [args.n_heads * hd, args.kv_heads * hd, args.kv_heads * hd], args.attn_rank,
                               norm_eps=args.norm_eps, dense_std=args.init_std, grouped=args.grouped)
@@ -168,9 +170,8 @@ class Attention(nn.Module):
         b, s = q.shape[:2]  # not x's: under sequence parallelism x holds a sequence shard
         q, k, v = (t.view(b, s, -1, self.head_dim) for t in (q, k, v))  # local heads under TP
         q, k = apply_rope(q, rope), apply_rope(k, rope)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-        (y,) = self.o(out.transpose(1, 2).reshape(b, s, -1))
+        out = attention(q, k, v, self.backend)  # [b, s, heads, head_dim]
+        (y,) = self.o(out.reshape(b, s, -1))
         return y
 
 
@@ -204,11 +205,24 @@ class TransformerBlock(nn.Module):
         return x + self.feed_forward(x)
 
 
+class HeadInput(NamedTuple):
+    """What :class:`Transformer` returns when the loss applies the lm_head itself (fused linear +
+    cross-entropy, ``defer_lm_head``): the final hidden states and the lm_head weight, as read
+    inside the forward (under FSDP2: the unsharded, compute-dtype parameter)."""
+
+    hidden: torch.Tensor
+    weight: torch.Tensor
+
+
 class Transformer(ModelProtocol):
     """Top-level names follow torchtitan's ``pipeline_llm``: tok_embeddings, layers, norm, output.
 
     Any of them may be None (a pipeline stage); forward and init_weights skip what is missing.
+    ``defer_lm_head = True`` makes forward return :class:`HeadInput` instead of logits, for a loss
+    that fuses the lm_head GEMM with the cross-entropy and never materialises the logits.
     """
+
+    defer_lm_head: bool = False
 
     def __init__(self, args: TransformerArgs):
         super().__init__(args)
@@ -228,7 +242,9 @@ class Transformer(ModelProtocol):
         for layer in self.layers.values():
             h = layer(h, self.rope)
         h = self.norm(h) if self.norm is not None else h
-        return self.output(h) if self.output is not None else h
+        if self.output is None:
+            return h
+        return HeadInput(h, self.output.weight) if self.defer_lm_head else self.output(h)
 
     def tie_weights(self) -> None:
         """Point the lm_head at the embedding's parameter again when ``tie_embeddings`` is set.

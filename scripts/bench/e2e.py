@@ -29,6 +29,7 @@ from common import bucket_rows, env_info, print_table, removal_bounds, trace_buc
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
+KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"]}
 VARIANTS = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
@@ -38,6 +39,10 @@ VARIANTS = {  # name: (config file, extra CLI overrides)
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
 }
+# the same kernels for both families: "<variant>+flash", "<variant>+flash+fused", "<variant>+fused"
+VARIANTS |= {f"{name}+{'+'.join(kinds)}": (config, extra + [a for k in kinds for a in KERNELS[k]])
+             for name, (config, extra) in list(VARIANTS.items())
+             for kinds in (["flash"], ["fused"], ["flash", "fused"])}
 STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
                   r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+|n/a)")  # n/a: no known peak (CPU)
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
@@ -108,6 +113,7 @@ def main() -> None:
     p.add_argument("--variants", default="cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--skip", type=int, default=5, help="warm-up steps excluded from the medians")
+    p.add_argument("--batch", type=int, default=None, help="local batch size for every run (default: the config's)")
     p.add_argument("--ngpu", type=int, default=1)
     p.add_argument("--out", default="docs/results/e2e_1gpu")
     p.add_argument("--extra", default="",
@@ -125,7 +131,8 @@ def main() -> None:
         profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
                      str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
                      "--profiling.save_traces_folder", "traces"] if a.profile else []
-        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *profiling,
+        batch = ["--training.local_batch_size", str(a.batch)] if a.batch else []
+        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *batch, *profiling,
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
@@ -142,8 +149,9 @@ def main() -> None:
                 print(f"[{name}] no profiler trace at {trace}", flush=True)
     by_name = {r["variant"]: r for r in results}
     bounds = []
-    for cola, full in [("cola_1b", "fullrank_1b"), ("cola_1b_compile", "fullrank_1b_compile")]:
-        if cola in by_name and full in by_name:
+    for cola in by_name:
+        full = cola.replace("cola_1b", "fullrank_1b")
+        if cola.startswith("cola_1b") and full in by_name:
             by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
         if cola in buckets and full in buckets:
             bounds += [{"pair": f"{cola} / {full}", **r} for r in removal_bounds(buckets[cola], buckets[full])]
@@ -155,7 +163,8 @@ def main() -> None:
                   sections=sections,
                   notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
                         "count (low-rank aware) against torchtitan's peak for the device. Attention: PyTorch "
-                        "SDPA (default backend choice) for both families.")
+                        "SDPA (default backend choice) for both families unless the variant says `+flash` "
+                        "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel).")
     if profiles:
         print_table(profiles)
     if bounds:
