@@ -21,7 +21,7 @@ def reference_attention(q, k, v):
     k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
     s = q.shape[1]
-    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v)
 
 
@@ -120,13 +120,17 @@ def test_flash_matches_sdpa_forward_and_backward(compiled):
     k, v = (torch.randn(2, 512, 2, 64, device="cuda", dtype=torch.bfloat16, generator=g, requires_grad=True)
             for _ in range(2))
     dout = torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+
+    def run(fn, *qkv):
+        qkv = [t.detach().clone().requires_grad_() for t in qkv]
+        out = fn(*qkv)
+        out.backward(dout.to(out.dtype))
+        return [out.float()] + [t.grad.float() for t in qkv]
+
+    reference = run(reference_attention, q.float(), k.float(), v.float())  # fp32 math, bf16 inputs
     fn = torch.compile(attn.attention, fullgraph=True) if compiled else attn.attention
-    results = {}
-    for backend in ("sdpa", "flash"):
-        for t in (q, k, v):
-            t.grad = None
-        out = fn(q, k, v, backend)
-        out.backward(dout)
-        results[backend] = [out, q.grad, k.grad, v.grad]
-    for what, a, b in zip(["out", "dq", "dk", "dv"], results["flash"], results["sdpa"]):
-        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=2e-2, msg=f"{name}: {what}")
+    flash, sdpa = (run(lambda *t, b=b: fn(*t, b), q, k, v) for b in ("flash", "sdpa"))
+    # flash-attn's own test criterion: its error against fp32 math within twice that of PyTorch's bf16 kernel
+    for what, f, s, r in zip(["out", "dq", "dk", "dv"], flash, sdpa, reference):
+        err_flash, err_sdpa = (f - r).abs().max().item(), (s - r).abs().max().item()
+        assert err_flash <= 2 * err_sdpa + 1e-3, f"{name}: {what} error {err_flash:.2e} vs SDPA's {err_sdpa:.2e}"

@@ -127,7 +127,7 @@ def main() -> None:
     results, profiles, buckets = [], [], {}
     for name in a.variants.split(","):
         config, extra = VARIANTS[name]
-        dump = ROOT / "outputs" / "e2e" / name
+        dump = ROOT / "outputs" / "e2e" / name.replace("+", ".")
         profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
                      str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
                      "--profiling.save_traces_folder", "traces"] if a.profile else []
@@ -136,7 +136,7 @@ def main() -> None:
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
-        run = run_train(config, overrides, a.ngpu, log_dir / f"{name}.log", emulate_rank=0 if a.emulate else None)
+        run = run_train(config, overrides, a.ngpu, log_dir / f"{name.replace('+', '.')}.log", emulate_rank=0 if a.emulate else None)
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
