@@ -16,7 +16,8 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from boost_titan.models import Transformer
 from boost_titan.parallel import apply_tp
-from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
+from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
+from boost_titan.parallel.compile import compile_on_local_shards
 
 from dist import TINY, run_distributed
 
@@ -107,7 +108,7 @@ def test_tp1_policy_saves_exactly_the_a_gemm_outputs(grouped, expected):
     """Without collectives the policy must recognise the A GEMMs (one per factor group) and nothing else."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from boost_titan.parallel.checkpoint import lowrank_policy
+    from boost_titan.parallel.activation_checkpoint import lowrank_policy
 
     args = ARGS.replace(grouped=grouped, n_layers=1)
     policy, saved = lowrank_policy(args, tensor_parallel=False), []

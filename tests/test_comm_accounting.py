@@ -81,13 +81,13 @@ def test_lowrank_checkpoint_adds_no_collective_while_full_ac_replays_them():
 
 def test_full_activation_checkpointing_would_replay_the_forward_all_reduces(monkeypatch):
     """The contrast that makes the test above meaningful: plain (full) AC recomputes the collectives."""
-    from boost_titan.parallel import checkpoint
+    from boost_titan.parallel import activation_checkpoint
 
     def full_ac(model, args, tensor_parallel):
         for layer_id, block in model.layers.named_children():
             model.layers.register_module(layer_id, checkpoint_wrapper(block, preserve_rng_state=False))
 
-    monkeypatch.setattr(checkpoint, "apply_lowrank_checkpoint", full_ac)
+    monkeypatch.setattr(activation_checkpoint, "apply_lowrank_checkpoint", full_ac)
     calls = layer_collectives("btp", ARGS, 2, B, S, lowrank_checkpoint=True)
     assert len(ops(calls, "backward")) == 4 + 4
 

@@ -3,7 +3,7 @@
 import pytest
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost_titan.parallel import BottleneckParallel, tp_plan
+from boost_titan.parallel import STRATEGIES, BottleneckParallel, DenseColwiseParallel, tp_plan
 
 from dist import TINY
 
@@ -15,7 +15,25 @@ def test_btp_plan_is_a_dict_of_styles():
     plan = tp_plan("btp", ARGS, tp=4, rmsnorm="sync")
     assert all(isinstance(v, ParallelStyle) for v in plan.values())
     assert isinstance(plan["layers.*.attention.qkv"], BottleneckParallel)
-    assert plan["layers.*.attention.qkv"].attrs == {"rmsnorm": "sync"}
+    assert plan["layers.*.attention.qkv"].rmsnorm == "sync"
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_strategy_plans_the_same_modules(strategy):
+    """The registry's plans cover the same module paths: a strategy differs in styles, not in coverage."""
+    args = ARGS if STRATEGIES[strategy].LOWRANK else DENSE
+    assert set(tp_plan(strategy, args, tp=2)) == set(tp_plan("btp", ARGS, tp=2))
+
+
+def test_a_style_refuses_the_other_family():
+    from boost_titan.models.model import Projection
+
+    dense = Projection(8, [8], 0, norm_eps=None, dense_std=0.02)
+    with pytest.raises(ValueError, match="BottleneckParallel is for low-rank"):
+        BottleneckParallel()._apply(dense, None)
+    lowrank = Projection(8, [8], 2, norm_eps=None, dense_std=0.02)
+    with pytest.raises(ValueError, match="DenseColwiseParallel is for dense"):
+        DenseColwiseParallel()._apply(lowrank, None)
 
 
 @pytest.mark.parametrize("strategy, args, tp, message", [

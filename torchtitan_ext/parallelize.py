@@ -16,7 +16,8 @@ from torchtitan.tools.logging import logger
 from boost_titan.ops.attention import check_backend, save_for_backward_ops
 from boost_titan.ops.cross_entropy import implementation_name
 from boost_titan.parallel import apply_tp, check_tp
-from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint, compile_on_local_shards
+from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
+from boost_titan.parallel.compile import compile_on_local_shards
 
 from .logs import TORCHTITAN_AMP_OFF, drop
 
@@ -24,7 +25,6 @@ from .logs import TORCHTITAN_AMP_OFF, drop
 def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     boost, args = job_config.boost, model.model_args
     tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
-    check_tp(boost.tp_strategy, args, tp)  # also catches a strategy/flavor mismatch at tp = 1
     if job_config.training.seq_len % parallel_dims.seq_len_divisor:
         raise ValueError(f"training.seq_len={job_config.training.seq_len} must be divisible by "
                          f"{parallel_dims.seq_len_divisor} (tp · 2 · cp)")
@@ -38,10 +38,12 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both
         logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
 
-    if parallel_dims.tp_enabled:
+    if parallel_dims.tp_enabled:  # apply_tp checks the plan against the model
         apply_tp(model, parallel_dims.get_mesh("tp"), boost.tp_strategy, args, rmsnorm=boost.rmsnorm,
                  loss_parallel=not job_config.parallelism.disable_loss_parallel)
         logger.info(f"Applied tensor parallelism: tp_strategy={boost.tp_strategy} tp={tp} rmsnorm={boost.rmsnorm}")
+    else:
+        check_tp(boost.tp_strategy, args, 1)  # a strategy for the other family fails at tp = 1 too
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     ac_mode = job_config.activation_checkpoint.mode

@@ -1,10 +1,10 @@
 """Collectives of one decoder layer, counted from the real model (BOOST Fig. 7, the volume half).
 
-The layer runs forward and backward on the *meta* device over a fake process group of ``tp`` ranks,
-so 7B shapes at b = 4, s = 4096 cost nothing; a dispatch mode records every functional collective
-(op, shape, dtype, phase). No GPU needed.
+The layer runs forward and backward on the *meta* device over a fake process group of ``tp`` ranks
+(:mod:`boost_titan.bench.layer_trace`), so 7B shapes at b = 4, s = 4096 cost nothing; a dispatch
+mode records every functional collective (op, shape, dtype, phase). No GPU needed.
 
-Payload convention (boost_design §3.6): the tensor an all-reduce sums; an all-gather or
+Payload convention (docs/design.md, "Communication volume"): the tensor an all-reduce sums; an all-gather or
 reduce-scatter counts half its full (unsharded) tensor, since an AG+RS pair moves what one
 all-reduce moves — so sequence-parallel full-rank TP and plain Megatron report the same volume.
 
@@ -14,16 +14,14 @@ all-reduce moves — so sequence-parallel full-rank TP and plain Megatron report
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import shlex
 import sys
 
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from boost_titan.bench.layer_trace import fake_world, one_layer
 from boost_titan.bench.results import env_info, print_table, write_results
 from boost_titan.models import FLAVORS, Transformer, TransformerArgs
 from boost_titan.parallel import apply_tp
@@ -66,41 +64,18 @@ class CollectiveRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@contextlib.contextmanager
-def fake_world(world_size: int, device_type: str = "cpu"):
-    """A single-process fake process group of ``world_size`` ranks (collectives are no-ops); yields its
-    1-D device mesh."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        raise RuntimeError("fake_world needs a process without a default process group")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    try:
-        yield init_device_mesh(device_type, (world_size,))
-    finally:
-        dist.destroy_process_group()
-
-
 def layer_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: int, *,
                       rmsnorm: str = "online", dtype: torch.dtype = torch.bfloat16,
                       lowrank_checkpoint: bool = False) -> list[Collective]:
     """Forward + backward collectives of one decoder layer under ``strategy`` at degree ``tp``."""
-    from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint
+    from boost_titan.parallel import activation_checkpoint
 
-    args = args.replace(n_layers=1, max_seq_len=seq)
-    with fake_world(tp) as mesh:
-        with torch.device("meta"):
-            model = Transformer(args).to(dtype)
-        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
-        if lowrank_checkpoint:
-            apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
-        width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[strategy]
-        tokens = seq // tp if strategy == "fullrank" else seq  # fullrank: sequence-parallel stream
-        x = torch.empty(batch, tokens, width, device="meta", dtype=dtype, requires_grad=True)
-        rope = torch.empty(seq, args.head_dim, device="meta")
-        recorder = CollectiveRecorder(tp)
+    prepare = (lambda model: activation_checkpoint.apply_lowrank_checkpoint(model, args, tensor_parallel=tp > 1)
+               ) if lowrank_checkpoint else None
+    recorder = CollectiveRecorder(tp)
+    with one_layer(strategy, args, tp, batch, seq, rmsnorm=rmsnorm, dtype=dtype, prepare=prepare) as (block, x, rope):
         with recorder:
-            y = model.layers["0"](x, rope)
+            y = block(x, rope)
             recorder.phase = "backward"
             y.backward(torch.empty_like(y))
     return recorder.calls

@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from .styles import _local
+from .base import local
 
 
 def _grad_like_param(param: torch.Tensor) -> torch.Tensor:
@@ -75,7 +75,7 @@ class TiedPipelineEmbeddings:
         if self.same_rank:
             _grad_like_param(self.owner).add_(_grad_like_param(self.mirror))
         elif self.owner is not None or self.mirror is not None:
-            dist.all_reduce(_local(_grad_like_param(self.owner if self.owner is not None else self.mirror)),
+            dist.all_reduce(local(_grad_like_param(self.owner if self.owner is not None else self.mirror)),
                             group=self.group)
         if self.mirror is not None:
             self.mirror.grad = None
@@ -84,7 +84,7 @@ class TiedPipelineEmbeddings:
     def copy_weight(self) -> None:
         """Mirror ← owner. Call after every optimizer step (and before the first forward)."""
         if self.same_rank:
-            _local(self.mirror).copy_(_local(self.owner))
+            local(self.mirror).copy_(local(self.owner))
         elif self.owner is not None or self.mirror is not None:
             weight = self.owner if self.owner is not None else self.mirror
-            dist.broadcast(_local(weight), group=self.group, group_src=0)
+            dist.broadcast(local(weight), group=self.group, group_src=0)

@@ -30,7 +30,7 @@ from common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write
 from boost_titan.bench.comm_volume import fake_world  # noqa: E402
 from boost_titan.models import FLAVORS, Transformer  # noqa: E402
 from boost_titan.parallel import apply_tp  # noqa: E402
-from boost_titan.parallel.checkpoint import apply_lowrank_checkpoint  # noqa: E402
+from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint  # noqa: E402
 
 B, S = 4, 4096
 

@@ -1,12 +1,13 @@
 """Per-rank GEMM efficiency of one decoder layer under three TP strategies (BOOST Fig. 6 on one GPU).
 
-Strategies (design note §2, §3.2, §3.7; m = b·s, per-rank shard shapes, no communication):
+Strategies (docs/design.md; m = b·s, per-rank shard shapes, no communication), as the model runs them
+(the shapes are recorded from the real layer under each plan, ``boost_titan.bench.layer_trace``):
   fullrank  Megatron: QKV colwise [m,d]x[d,3d/t], O rowwise [m,d/t]x[d/t,d];
             MLP [m,d]x[d,2f/t], [m,f/t]x[f/t,d].
-  vanilla   CoLA with A colwise / B rowwise on r: A_qkv [m,d]x[d,3r/t], 3 separate B [m,r/t]x[r/t,d],
-            A_o [m,d]x[d,r/t], B_o [m,r/t]x[r/t,d]; A_gu [m,d]x[d,2r/t], 2 separate B [m,r/t]x[r/t,f],
+  vanilla   CoLA with A colwise / B rowwise on r: A_qkv [m,d]x[d,3r/t], B_qkv one bmm 3x[m,r/t]x[r/t,d],
+            A_o [m,d]x[d,r/t], B_o [m,r/t]x[r/t,d]; A_gu [m,d]x[d,2r/t], B_gu one bmm 2x[m,r/t]x[r/t,f],
             A_dn [m,f]x[f,r/t], B_dn [m,r/t]x[r/t,d].
-  btp       bottleneck-aware: A_qkv rowwise [m,d/t]x[d/t,3r], B_qkv ONE bmm 3x[m,r]x[r,d/t],
+  btp       bottleneck-aware: A_qkv rowwise [m,d/t]x[d/t,3r], B_qkv one bmm 3x[m,r]x[r,d/t],
             A_o [m,d/t]x[d/t,r], B_o [m,r]x[r,d/t]; A_gu [m,d/t]x[d/t,2r], B_gu one bmm 2x[m,r]x[r,f/t],
             A_dn [m,f/t]x[f/t,r], B_dn [m,r]x[r,d/t].
 Operands are laid out as in a model: activations [m,k] row-major, weights [out,in] (y = x @ W.T),
@@ -25,6 +26,9 @@ import sys
 from dataclasses import dataclass
 
 import torch
+
+from boost_titan.bench.layer_trace import layer_gemms as trace_layer_gemms
+from boost_titan.models import TransformerArgs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (  # noqa: E402
@@ -71,25 +75,18 @@ class Gemm:
 
 
 def layer_gemms(strategy: str, d: int, f: int, r: int, t: int) -> dict[str, list[Gemm]]:
-    """Per-rank GEMMs of one MHA decoder layer, by part."""
+    """Per-rank GEMMs of one MHA decoder layer, by part, as the model runs them under ``strategy``
+    (recorded from the real layer on the meta device: ``boost_titan.bench.layer_trace``)."""
     for name, v in (("d", d), ("f", f), ("r", r)):
         if v % t:
             raise ValueError(f"{name}={v} is not divisible by tp={t}")
-    if strategy == "fullrank":
-        return {"attn": [Gemm("qkv", 1, d, 3 * d // t), Gemm("o", 1, d // t, d)],
-                "mlp": [Gemm("gate_up", 1, d, 2 * f // t), Gemm("down", 1, f // t, d)]}
-    if strategy == "vanilla":
-        rt = r // t
-        return {"attn": [Gemm("A_qkv", 1, d, 3 * rt), Gemm("B_q", 1, rt, d), Gemm("B_k", 1, rt, d),
-                         Gemm("B_v", 1, rt, d), Gemm("A_o", 1, d, rt), Gemm("B_o", 1, rt, d)],
-                "mlp": [Gemm("A_gu", 1, d, 2 * rt), Gemm("B_g", 1, rt, f), Gemm("B_u", 1, rt, f),
-                        Gemm("A_dn", 1, f, rt), Gemm("B_dn", 1, rt, d)]}
-    if strategy == "btp":
-        return {"attn": [Gemm("A_qkv", 1, d // t, 3 * r), Gemm("B_qkv", 3, r, d // t),
-                         Gemm("A_o", 1, d // t, r), Gemm("B_o", 1, r, d // t)],
-                "mlp": [Gemm("A_gu", 1, d // t, 2 * r), Gemm("B_gu", 2, r, f // t),
-                        Gemm("A_dn", 1, f // t, r), Gemm("B_dn", 1, r, d // t)]}
-    raise ValueError(strategy)
+    rank = 0 if strategy == "fullrank" else r
+    args = TransformerArgs(dim=d, n_layers=1, n_heads=max(t, d // 64), ffn_dim=f, vocab_size=8 * t,
+                           attn_rank=rank, mlp_rank=rank, swiglu=strategy == "fullrank")
+    parts: dict[str, list[Gemm]] = {p: [] for p in PARTS}
+    for g in trace_layer_gemms(strategy, args, t, tokens=t):  # shapes per token count: m is set by the caller
+        parts[g.part].append(Gemm(g.name, g.c, g.k, g.n))
+    return parts
 
 
 def part_fns(gemms: list[Gemm], m: int, device, dtype) -> tuple[callable, callable, int]:

@@ -1,0 +1,60 @@
+"""``torch.compile`` of checkpointed blocks under tensor parallelism, on the local shards.
+
+A workaround, kept in this one place: torch 2.13 cannot compile a checkpointed block whose parameters
+are tp DTensors (see :class:`LocalShardCompiled`). ``torchtitan_ext.parallelize`` uses it instead of
+torchtitan's per-block ``torch.compile`` exactly when tp, compile and any activation checkpointing
+meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper
+from torch.distributed.tensor import DTensor
+from torch.func import functional_call
+
+
+def _call(module: nn.Module, params: dict[str, torch.Tensor], args: tuple, kwargs: dict):
+    return functional_call(module, params, args, kwargs)
+
+
+class LocalShardCompiled(ActivationWrapper):
+    """``torch.compile`` of a (checkpoint-wrapped) tp block whose compiled region sees local shards only.
+
+    Why not ``torch.compile(block)``: torch 2.13 flattens each DTensor parameter into its local
+    tensor *and its DeviceMesh* (an opaque graph input), and the backward graph needs that mesh
+    to rebuild the DTensor gradients, so the forward saves it as an opaque object. When the
+    region is checkpointed, the partitioner also functionalizes the RNG of the recomputed random
+    op (SDPA on CPU: ``_scaled_dot_product_flash_attention_for_cpu`` carries the
+    ``nondeterministic_seeded`` tag): on devices without graph-safe RNG (CPU) it appends the RNG
+    state to the forward outputs *after* the opaque objects, while the runtime slices saved
+    values assuming opaque objects (and symints) come last. The mesh lands in the tensor slice:
+    "expected all tensors_saved_with_vc_check to be Tensors ... DeviceMesh".
+
+    Here the DTensor → local conversion (``to_local``, differentiable: its backward turns the
+    local gradient back into the DTensor parameter's) runs in eager, before the compiled region;
+    the region runs the block through ``functional_call`` with those plain tensors. The tp
+    projections compute on local shards anyway (``styles.py``), so the math — gradients and
+    collectives included — is unchanged. All blocks share one compiled graph.
+
+    The block stays ``_checkpoint_wrapped_module`` (the ActivationWrapper convention), so
+    state-dict keys and DCP's FQNs are those of the plain block, as with ``checkpoint_wrapper``.
+    FSDP2 wraps this module like any block: its unsharded parameters are the tp DTensors read here.
+    """
+
+    def __init__(self, module: nn.Module, backend="inductor"):
+        super().__init__(module)
+        self._compiled = torch.compile(_call, backend=backend, fullgraph=True)
+
+    def forward(self, *args, **kwargs):
+        block = self._checkpoint_wrapped_module
+        local = {name: p.to_local() for name, p in block.named_parameters() if isinstance(p, DTensor)}
+        return self._compiled(block, local, args, kwargs)
+
+
+def compile_on_local_shards(model: nn.Module, backend="inductor") -> None:
+    """Wrap every block of ``model.layers`` in :class:`LocalShardCompiled` (instead of torchtitan's
+    per-block ``torch.compile``)."""
+    for layer_id, block in model.layers.named_children():
+        model.layers.register_module(layer_id, LocalShardCompiled(block, backend))

@@ -1,0 +1,62 @@
+"""Vanilla tensor parallelism for CoLA: Megatron's column → row split applied to each low-rank pair.
+
+A is column-parallel on the rank r, B row-parallel on r, so each B output is a partial sum that is
+all-reduced at full width ``[b, s, d_out]``; activations between projections are replicated. This is
+what standard TP does to a low-rank model, and what BTP improves on (the baseline).
+
+==========================  ================  ================  =============  =====================
+style                       A factor          B factors         pre-norm γ     activations in → out
+==========================  ================  ================  =============  =====================
+VanillaLowRankParallel      Shard(1): r       Shard(2): r       Replicate      replicated → replicated
+==========================  ================  ================  =============  =====================
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ParallelStyle
+from torchtitan.distributed import NoParallel
+
+from boost_titan.models.args import TransformerArgs
+from boost_titan.ops import comm
+
+from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
+
+LOWRANK = True
+STREAM = Replicate()
+
+
+def sharded_sizes(args: TransformerArgs) -> dict[str, int]:
+    return {"dim": args.dim, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads, "ffn_dim": args.ffn_dim,
+            "vocab_size": args.vocab_size, "attn_rank": args.attn_rank, "mlp_rank": args.mlp_rank}
+
+
+class VanillaLowRankProjection(ShardedProjection):
+    """Replicated input; A's output sharded on r; B's partial outputs all-reduced."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        a_w, b_ws = self.local_weights()
+        x = comm.copy(self.replicated_norm(x), self.tp_mesh)
+        zs = [F.silu(h) for h in self.down(x, a_w)]
+        return [comm.reduce(y, self.tp_mesh) for y in self.up(zs, b_ws)]
+
+
+class VanillaLowRankParallel(ProjectionParallel):
+    """Replicated in/out; A column-parallel on r, B row-parallel on r, outputs all-reduced."""
+
+    projection = VanillaLowRankProjection
+    a_placement, b_placement = Shard(1), Shard(2)
+
+
+def plan(args: TransformerArgs, rmsnorm: str = "online", loss_parallel: bool = True) -> dict[str, ParallelStyle]:
+    return {
+        "tok_embeddings": embedding(STREAM),
+        "layers.*.attention.qkv": VanillaLowRankParallel(),
+        "layers.*.attention.o": VanillaLowRankParallel(),
+        "layers.*.feed_forward.gate_up": VanillaLowRankParallel(),
+        "layers.*.feed_forward.down": VanillaLowRankParallel(),
+        "norm": NoParallel(use_local_output=False),
+        "output": lm_head(loss_parallel),
+    }
