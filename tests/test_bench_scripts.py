@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
-from common import bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_top_kernels  # noqa: E402
-from gemm_ops import Operands, best_rows  # noqa: E402
-from profile_step import ceiling_rows, gemm_tflop_per_step  # noqa: E402
-from quality import _time_to_reach, _training_seconds, validation_freq  # noqa: E402
-import emulate  # noqa: E402
+from boost_titan.bench.common import bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_top_kernels
+from scripts.bench.gemm_ops import Operands, best_rows
+from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
+from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
+from scripts.bench import emulate
 
 
 @pytest.mark.parametrize("steps, points, log_freq, expected", [
@@ -143,17 +142,17 @@ def test_gemm_ops_part_times_pick_one_layout_per_weight():
 
 
 @pytest.mark.parametrize("script, args", [
-    ("gemm_efficiency.py", ["--quick", "--rounds", "2"]),
-    ("gemm_ops.py", ["--size", "tiny", "--batch", "1", "--seq", "64", "--rounds", "2"]),
+    ("gemm_efficiency", ["--quick", "--rounds", "2"]),
+    ("gemm_ops", ["--size", "tiny", "--batch", "1", "--seq", "64", "--rounds", "2"]),
 ])
 def test_gemm_benchmarks_run_on_cpu_and_their_parts_add_up(tmp_path, script, args):
-    import subprocess
-    bench = Path(__file__).resolve().parents[1] / "scripts" / "bench"
     out = tmp_path / "res"
-    subprocess.run([sys.executable, str(bench / script), "--device", "cpu", "--repeats", "1", "--warmup", "0",
-                    "--out", str(out), *args], check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", f"scripts.bench.{script}", "--device", "cpu", "--repeats", "1",
+                           "--warmup", "0", "--out", str(out), *args], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((tmp_path / "res.json").read_text())["rows"]
-    if script == "gemm_efficiency.py":  # one layer row per (strategy, b), equal to attn + mlp
+    if script == "gemm_efficiency":  # one layer row per (strategy, b), equal to attn + mlp
         parts = {(r["strategy"], r["b"], r["part"]): r for r in rows}
         assert {k[0] for k in parts} == {"fullrank", "vanilla", "btp"} and {k[1] for k in parts} == {1, 4}
         for (strategy, b, part), r in parts.items():
@@ -195,9 +194,9 @@ def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
 def test_emulate_runs_on_cpu(tmp_path):
     """Two tiny rows through the fake backend on CPU: parsed, split efficiency and a prediction present."""
     out = tmp_path / "emu"
-    proc = subprocess.run([sys.executable, "emulate.py", "--rows", "tiny:tp1,btp", "--seq-len", "64", "--steps", "3",
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.emulate", "--rows", "tiny:tp1,btp", "--seq-len", "64", "--steps", "3",
                            "--skip", "1", "--extra=--boost.synthetic_vocab_size 512 --compile.no-enable",
-                           "--out", str(out)], cwd=Path(emulate.__file__).parent, capture_output=True, text=True,
+                           "--out", str(out)], cwd=Path(emulate.__file__).parents[2], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = {r["strategy"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}

@@ -21,6 +21,7 @@ def problems(argv: list[str], world_size: int) -> list[str]:
     from boost_titan.data.datasets import DATASETS, VALIDATION_SPLITS, check_text_dataset
     from boost_titan.models import FLAVORS
     from boost_titan.parallel import check_tp
+    from torchtitan_ext.train_spec import size_vocabulary
 
     job = ConfigManager().parse_args(argv)
     if job.model.name != "cola_llama":
@@ -61,7 +62,7 @@ def problems(argv: list[str], world_size: int) -> list[str]:
             out.append(problem)  # a missing, corrupt, truncated, non-UTF-8, non-JSON or empty file
     if not out:
         try:
-            args.replace().update_from_config(job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)
+            size_vocabulary(args.replace(), job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)
         except (ValueError, FileNotFoundError) as e:
             out.append(str(e))
     launcher = os.environ.get("BOOST_LAUNCHER_PID")  # run_train.sh's pid, which becomes torchrun's

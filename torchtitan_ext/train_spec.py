@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -15,7 +16,8 @@ from torchtitan.tools.logging import logger
 
 from boost_titan.data import build_dataloader, build_tokenizer, build_validator
 from boost_titan.data.datasets import DataError
-from boost_titan.models import FLAVORS, Transformer
+from boost_titan.models import FLAVORS, Transformer, TransformerArgs
+from boost_titan.models.flavors import Flavors
 from boost_titan.models.model import HeadInput
 from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
@@ -25,6 +27,32 @@ from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
 
 NAME = "cola_llama"
+
+
+def size_vocabulary(args: TransformerArgs, job_config) -> None:
+    """Check, or with ``[boost] vocab_from_tokenizer`` set, the model's vocabulary against the tokenizer."""
+    boost = job_config.boost
+    if boost.tokenizer == "none" or job_config.training.dataset == "synthetic":
+        return
+    n_tokens = build_tokenizer(job_config).get_vocab_size()
+    if boost.vocab_from_tokenizer:
+        args.vocab_size = -(-n_tokens // 128) * 128  # round up: friendlier GEMM and TP shapes
+    elif n_tokens > args.vocab_size:
+        raise ValueError(f"tokenizer {boost.tokenizer!r} has {n_tokens} tokens but the model's vocab_size is "
+                         f"{args.vocab_size}: pick a smaller tokenizer or set [boost] vocab_from_tokenizer = true")
+
+
+@dataclasses.dataclass
+class JobModelArgs(TransformerArgs):
+    """The flavors as torchtitan's trainer uses them: ``update_from_config`` also sizes the vocabulary
+    from the job's tokenizer (:func:`size_vocabulary`)."""
+
+    def update_from_config(self, job_config, **kwargs) -> None:
+        super().update_from_config(job_config, **kwargs)
+        size_vocabulary(self, job_config)
+
+
+JOB_FLAVORS = Flavors({name: JobModelArgs(**dataclasses.asdict(args)) for name, args in FLAVORS.items()})
 
 
 def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn):
@@ -121,7 +149,7 @@ def _data_errors_as_one_line(build):
 def train_spec() -> TrainSpec:
     return TrainSpec(
         model_cls=Transformer,
-        model_args=FLAVORS,
+        model_args=JOB_FLAVORS,
         parallelize_fn=parallelize_cola,
         pipelining_fn=pipeline_cola,
         build_optimizers_fn=build_optimizers_cola,

@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost_titan.bench.layer_trace import fake_world, one_layer
-from boost_titan.bench.results import env_info, print_table, write_results
+from boost_titan.bench.common import env_info, print_table, write_results
 from boost_titan.models import FLAVORS, Transformer, TransformerArgs
 from boost_titan.parallel import apply_tp
 

@@ -63,23 +63,12 @@ class TransformerArgs(BaseModelArgs):
 
     # ---- torchtitan protocol -------------------------------------------------------------------
     def update_from_config(self, job_config, **kwargs) -> None:
+        """The job's choices that change the model: sequence length, grouping, attention kernel.
+        (Sizing the vocabulary from the tokenizer is the torchtitan glue's: ``torchtitan_ext.train_spec``.)"""
         self.max_seq_len = job_config.training.seq_len
         boost = getattr(job_config, "boost", None)
-        if boost is None:
-            return
-        self.grouped, self.attention = boost.grouped, boost.attention
-        if boost.tokenizer == "none" or job_config.training.dataset == "synthetic":
-            return
-        from boost_titan.data import build_tokenizer  # the tokenizer decides the vocabulary it needs
-
-        n_tokens = build_tokenizer(job_config).get_vocab_size()
-        if boost.vocab_from_tokenizer:
-            self.vocab_size = -(-n_tokens // 128) * 128  # round up: friendlier GEMM and TP shapes
-        elif n_tokens > self.vocab_size:
-            raise ValueError(
-                f"tokenizer {boost.tokenizer!r} has {n_tokens} tokens but the model's vocab_size is "
-                f"{self.vocab_size}: pick a smaller tokenizer or set [boost] vocab_from_tokenizer = true"
-            )
+        if boost is not None:
+            self.grouped, self.attention = boost.grouped, boost.attention
 
     def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
         return count_params(self), flops_per_token(self, seq_len)

@@ -10,27 +10,23 @@ torchtitan's AC modes are applied with torchtitan's own ``apply_ac``; "lowrank" 
 ``[boost] lowrank_checkpoint``. Memory = peak allocated during fwd+bwd minus what was allocated
 before (weights, grads, input).
 
-    python scripts/bench/ac_memory.py --out docs/results/ac_memory
+    python -m scripts.bench.ac_memory --out docs/results/ac_memory
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results  # noqa: E402
+from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
 
-from boost_titan.bench.comm_volume import fake_world  # noqa: E402
-from boost_titan.models import FLAVORS, Transformer  # noqa: E402
-from boost_titan.parallel import apply_tp  # noqa: E402
-from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint  # noqa: E402
+from boost_titan.bench.layer_trace import fake_world
+from boost_titan.models import FLAVORS, Transformer
+from boost_titan.parallel import apply_tp
+from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 
 B, S = 4, 4096
 

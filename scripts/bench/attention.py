@@ -5,21 +5,18 @@ backend bounds the CoLA/full-rank speed-up. Compares PyTorch SDPA's cuDNN / flas
 backends with FlexAttention (compiled, causal block mask). FLOPs: causal forward = 2·b·h·s²·hd,
 backward = 2.5 × forward.
 
-    python scripts/bench/attention.py --out docs/results/attention
+    python -m scripts.bench.attention --out docs/results/attention
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
+from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
 SDPA = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION}

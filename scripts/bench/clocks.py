@@ -6,20 +6,18 @@ runs back to back for ``--seconds``; every ``--window`` seconds the script recor
 TFLOP/s (CUDA events over the window) and, through NVML, the SM clock, power draw and temperature.
 Reads only: it changes no clock or power setting.
 
-    python scripts/bench/clocks.py --out docs/results/clocks
+    python -m scripts.bench.clocks --out docs/results/clocks
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PeakGemm, doc_notes, env_info, print_table, pyplot, write_results  # noqa: E402
+from boost_titan.bench.common import PeakGemm, doc_notes, env_info, print_table, pyplot, write_results
 
 
 def nvml_reader():

@@ -8,7 +8,7 @@ memory), drops the first ``--skip`` steps (warm-up, compilation) and reports med
 it; both left out of the medians) and buckets that step's GPU kernel time like ``profile_step.py``
 does, but inside the real loop: compiled loss, gradient clipping, optimizer and all.
 
-    python scripts/bench/e2e.py --variants cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile \
+    python -m scripts.bench.e2e --variants cola_1b,cola_1b_compile,fullrank_1b,fullrank_1b_compile \
         --steps 20 --out docs/results/e2e_1gpu
 """
 
@@ -20,12 +20,10 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import bucket_rows, env_info, print_table, removal_bounds, trace_buckets, write_results  # noqa: E402
+from boost_titan.bench.common import bucket_rows, env_info, print_table, removal_bounds, trace_buckets, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]

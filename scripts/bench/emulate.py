@@ -16,8 +16,8 @@ stages, whose shape exchange is itself a collective): the rank's compute of the 
 tp and microbatch size 1, which the model splits into pp equal stages and schedules as 1F1B over
 ``--batch`` microbatches.
 
-    python scripts/bench/emulate.py --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
-    python scripts/bench/emulate.py --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
+    python -m scripts.bench.emulate --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
+    python -m scripts.bench.emulate --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import shutil
 import statistics
 from pathlib import Path
 
-from common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
-from e2e import ROOT, run_train
+from boost_titan.bench.common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
+from scripts.bench.e2e import ROOT, run_train
 
 from boost_titan.bench import comm_model
 from boost_titan.bench.comm_volume import model_collectives

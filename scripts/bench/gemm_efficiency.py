@@ -13,16 +13,14 @@ Strategies (docs/design.md; m = b·s, per-rank shard shapes, no communication), 
 Operands are laid out as in a model: activations [m,k] row-major, weights [out,in] (y = x @ W.T),
 batched B weights [c,out,r] with inputs [c,m,r]. Forward y = x W^T, backward dX = dY W, dW = dY^T X.
 
-GPU:  python scripts/bench/gemm_efficiency.py            (full sweep, bf16, CUDA events + graphs)
-CPU:  python scripts/bench/gemm_efficiency.py --device cpu --sizes tiny --tp 2 --batch 1
+GPU:  python -m scripts.bench.gemm_efficiency            (full sweep, bf16, CUDA events + graphs)
+CPU:  python -m scripts.bench.gemm_efficiency --device cpu --sizes tiny --tp 2 --batch 1
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +28,7 @@ import torch
 from boost_titan.bench.layer_trace import layer_gemms as trace_layer_gemms
 from boost_titan.models import TransformerArgs
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from boost_titan.bench.common import (
     H200_DATASHEET_BF16_TFLOPS,
     PeakGemm,
     env_info,

@@ -28,22 +28,19 @@ Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``bes
 layout per weight (the faster of ``model`` / ``w_in_out`` over its three products, dW optionally
 split), ``best_any`` lets every product pick freely (a bound, not a runnable configuration).
 
-GPU:  python scripts/bench/gemm_ops.py --out docs/results/gemm_ops_7b_tp4
-CPU:  python scripts/bench/gemm_ops.py --device cpu --size tiny --batch 1 --seq 64
+GPU:  python -m scripts.bench.gemm_ops --out docs/results/gemm_ops_7b_tp4
+CPU:  python -m scripts.bench.gemm_ops --device cpu --size tiny --batch 1 --seq 64
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from boost_titan.bench.common import (
     H200_DATASHEET_BF16_TFLOPS,
     PeakGemm,
     cuda_time_ms,
@@ -52,7 +49,7 @@ from common import (  # noqa: E402
     print_table,
     write_results,
 )
-from gemm_efficiency import SIZES, layer_gemms  # noqa: E402
+from scripts.bench.gemm_efficiency import SIZES, layer_gemms
 
 SPLITS = (2, 4, 8)
 PRODUCTS = ("fwd", "dX", "dW")

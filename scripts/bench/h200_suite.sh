@@ -11,29 +11,29 @@ parts=${*:-e2e gemm kernels ac attention profile quality}
 for part in $parts; do
   echo "=== $part ($(date -u +%T))"
   case $part in
-    e2e) python scripts/bench/e2e.py --steps 20 --skip 6 \
+    e2e) python -m scripts.bench.e2e --steps 20 --skip 6 \
            --variants cola_1b,fullrank_1b,cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu ;;
-    e2e_more) python scripts/bench/e2e.py --steps 16 --skip 6 \
+    e2e_more) python -m scripts.bench.e2e --steps 16 --skip 6 \
            --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
            --out docs/results/e2e_1gpu_ablation ;;
-    e2e_profile) python scripts/bench/e2e.py --steps 20 --skip 8 --profile \
+    e2e_profile) python -m scripts.bench.e2e --steps 20 --skip 8 --profile \
            --variants cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu_profile ;;
-    gemm) python scripts/bench/gemm_efficiency.py --out docs/results/gemm_efficiency ;;
-    gemm_ops) python scripts/bench/gemm_ops.py --out docs/results/gemm_ops_7b_tp4 &&
-           python scripts/bench/gemm_ops.py --size 1B --tp 1 --batch 4 --out docs/results/gemm_ops_1b_tp1 ;;
-    clocks) python scripts/bench/clocks.py ;;
-    gemm_quick) python scripts/bench/gemm_efficiency.py --quick --out docs/results/gemm_efficiency_7b_tp4 ;;
-    attention) python scripts/bench/attention.py ;;
-    kernels) python -m pytest -q tests/test_triton_kernels.py && python scripts/bench/norm_grouping.py ;;
-    ac) python scripts/bench/ac_memory.py ;;
-    profile) python scripts/bench/profile_step.py --variants 1B,1B:ungrouped,1B_fullrank --top 40 ;;
-    profile_autotune) python scripts/bench/profile_step.py --variants 1B:autotune,1B_fullrank:autotune \
+    gemm) python -m scripts.bench.gemm_efficiency --out docs/results/gemm_efficiency ;;
+    gemm_ops) python -m scripts.bench.gemm_ops --out docs/results/gemm_ops_7b_tp4 &&
+           python -m scripts.bench.gemm_ops --size 1B --tp 1 --batch 4 --out docs/results/gemm_ops_1b_tp1 ;;
+    clocks) python -m scripts.bench.clocks ;;
+    gemm_quick) python -m scripts.bench.gemm_efficiency --quick --out docs/results/gemm_efficiency_7b_tp4 ;;
+    attention) python -m scripts.bench.attention ;;
+    kernels) python -m pytest -q tests/test_triton_kernels.py && python -m scripts.bench.norm_grouping ;;
+    ac) python -m scripts.bench.ac_memory ;;
+    profile) python -m scripts.bench.profile_step --variants 1B,1B:ungrouped,1B_fullrank --top 40 ;;
+    profile_autotune) python -m scripts.bench.profile_step --variants 1B:autotune,1B_fullrank:autotune \
            --out docs/results/profile_1b_autotune ;;
-    ceiling) python scripts/bench/profile_step.py --variants 1B,1B_fullrank --top 30 \
+    ceiling) python -m scripts.bench.profile_step --variants 1B,1B_fullrank --top 30 \
            --out docs/results/profile_1b_ceiling ;;
-    quality_compiled) python scripts/bench/quality.py --steps ${QUALITY_STEPS:-1200} --extra="--compile.enable" \
+    quality_compiled) python -m scripts.bench.quality --steps ${QUALITY_STEPS:-1200} --extra="--compile.enable" \
            --out docs/results/quality_60m_compiled ;;
-    quality) python scripts/bench/quality.py --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \
+    quality) python -m scripts.bench.quality --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \
            --sweep-steps 250 --parallel 3 --steps ${QUALITY_STEPS:-1200} --out docs/results/quality_60m ;;
     *) echo "unknown part $part" ;;
   esac

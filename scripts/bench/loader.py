@@ -5,26 +5,22 @@ than the GPU's tokens/s sets the pace of small models. This times batch fetching
 with the config's batch size, sequence length, dataset and tokenizer, on this machine's CPU.
 PackedText tokenises the whole split when it is built: that start-up time is reported separately.
 
-    python scripts/bench/loader.py --config train_configs/quality_60m.toml --out docs/results/loader_cpu
+    python -m scripts.bench.loader --config train_configs/quality_60m.toml --out docs/results/loader_cpu
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
-from torchtitan.components.dataloader import ParallelAwareDataloader  # noqa: E402
-from torchtitan.config import ConfigManager  # noqa: E402
-from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset  # noqa: E402
+from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.config import ConfigManager
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
-from boost_titan.data import build_tokenizer  # noqa: E402
-from boost_titan.data.datasets import PackedText  # noqa: E402
+from boost_titan.data import build_tokenizer
+from boost_titan.data.datasets import PackedText
 
 
 def tokens_per_s(loader, batches: int, skip: int) -> float:

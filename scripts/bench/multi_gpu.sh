@@ -13,5 +13,5 @@ ROWS=${ROWS:-"3B;7B;13B:btp,vanilla,fullrank"}
 OUT=${OUT:-docs/results/multi_gpu_fig5}
 mode=(--real)
 if [ -n "${FAKE:-}" ]; then mode=(); OUT=${OUT}_emulated; fi
-python3 scripts/bench/emulate.py "${mode[@]}" --rows "$ROWS" --batch "${BATCH:-4}" --steps "${STEPS:-12}" \
+python -m scripts.bench.emulate "${mode[@]}" --rows "$ROWS" --batch "${BATCH:-4}" --steps "${STEPS:-12}" \
   --skip "${SKIP:-5}" ${EXTRA:+--extra="$EXTRA"} --out "$OUT"

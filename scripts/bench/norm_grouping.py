@@ -9,28 +9,24 @@ At 7B shard shapes (tp = 4: x ``[b·s, d/4]``, r = 1024, f/4 = 2752, bf16), forw
 * grouping: the qkv and gate/up low-rank projections (A GEMMs + σ + B GEMMs), grouped (one A GEMM
   + one batched B GEMM) vs ungrouped (one GEMM per factor).
 
-    python scripts/bench/norm_grouping.py --batch 1,4 --out docs/results/norm_grouping
+    python -m scripts.bench.norm_grouping --batch 1,4 --out docs/results/norm_grouping
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import cuda_time_ms, doc_notes, env_info, print_table, write_results  # noqa: E402
+from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
-from boost_titan.models.model import Projection  # noqa: E402
-from boost_titan.ops import comm, rmsnorm  # noqa: E402
-from boost_titan.ops.triton_rmsnorm import scale_and_statistic_reference  # noqa: E402
+from boost_titan.models.model import Projection
+from boost_titan.ops import comm, rmsnorm
+from boost_titan.ops.triton_rmsnorm import scale_and_statistic_reference
 
 D, F_DIM, R, TP, S = 4096, 11008, 1024, 4, 4096
 

@@ -13,26 +13,22 @@ and runs its GEMMs at the measured bf16 peak (a bound on what faster low-rank GE
 ``non_gemm_ms_for_target`` is the non-GEMM time the CoLA variant would need, with its GEMM time as
 measured, for the target ratio.
 
-    python scripts/bench/profile_step.py --variants 1B,1B_fullrank --out docs/results/profile_1b
+    python -m scripts.bench.profile_step --variants 1B,1B_fullrank --out docs/results/profile_1b
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,  # noqa: E402
+from boost_titan.bench.common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,
                     print_table, write_results)
 
-from boost_titan.models import FLAVORS, Transformer  # noqa: E402
-from boost_titan.models.args import linear_params_per_layer  # noqa: E402
+from boost_titan.models import FLAVORS, Transformer
+from boost_titan.models.args import linear_params_per_layer
 
 
 def profile(variant: str, batch: int, seq: int, steps: int, top: int) -> tuple[dict, list, float]:

@@ -7,16 +7,16 @@ validation loss.
 
     python scripts/build_corpus.py        # once, where the registries are reachable
     # fixed learning rates:
-    python scripts/bench/quality.py --pairs 60M:3e-3,60M_fullrank:3e-3 --steps 1500 --out docs/results/quality_60m
+    python -m scripts.bench.quality --pairs 60M:3e-3,60M_fullrank:3e-3 --steps 1500 --out docs/results/quality_60m
     # LR sweep per family (short runs, up to --parallel at once on the one GPU), then the full-length
     # pair at each family's best LR (run one at a time, so their tokens/s are comparable):
-    python scripts/bench/quality.py --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \\
+    python -m scripts.bench.quality --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \\
         --sweep-steps 300 --parallel 3 --steps 1500 --out docs/results/quality_60m
     # (``--sweep-only`` stops after the sweep and prints the ``--pairs`` to run next, for two sessions)
     # best-mode speed: pass torchtitan overrides with "=", since they start with "--":
-    python scripts/bench/quality.py --extra="--compile.enable" --out docs/results/quality_60m_compiled
+    python -m scripts.bench.quality --extra="--compile.enable" --out docs/results/quality_60m_compiled
     # curves only (the pair trains at once, sharing the GPU, so no speed is reported):
-    python scripts/bench/quality.py --steps 3600 --concurrent --out docs/results/quality_60m_3600
+    python -m scripts.bench.quality --steps 3600 --concurrent --out docs/results/quality_60m_3600
 
 Every run validates on the whole held-out split (``--val-steps -1``; boost_titan's validator rewinds
 it, so every point sees the same text) about ``--val-points`` times, at steps that are multiples of
@@ -31,13 +31,11 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import env_info, print_table, pyplot, write_results  # noqa: E402
-from e2e import ROOT, run_train  # noqa: E402
+from boost_titan.bench.common import env_info, print_table, pyplot, write_results
+from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/quality_60m.toml"
 CORPUS_STATS = ROOT / "data" / "corpus" / "stats.json"
