@@ -56,7 +56,7 @@ def test_ungrouped_issues_one_all_reduce_per_factor():
 
 
 def test_vanilla_matches_boost_counts():
-    """boost_design §2: 7 forward all-reduces of the B outputs, 4 backward of the A inputs."""
+    """BOOST's vanilla TP (docs/design.md, "Tensor-parallel strategies"): 7 forward all-reduces of the B outputs, 4 backward of the A inputs."""
     calls = layer_collectives("vanilla", ARGS, 4, B, S)
     assert ops(calls, "forward") == all_reduces(D, D, D, D, F, F, D)
     assert ops(calls, "backward") == all_reduces(F, D, D, D)
@@ -93,7 +93,7 @@ def test_full_activation_checkpointing_would_replay_the_forward_all_reduces(monk
 
 
 def test_7b_per_layer_volume_reproduces_boost_table(capsys, tmp_path):
-    """boost_design §3.6, 7B, b=4, s=4096, bf16, forward per layer: 256 / 1328 / 224 MiB."""
+    """docs/design.md, "Communication volume", 7B, b=4, s=4096, bf16, forward per layer: 256 / 1328 / 224 MiB."""
     vol = {}
     for strategy, flavor in [("fullrank", "7B_fullrank"), ("vanilla", "7B"), ("btp", "7B")]:
         s = summarize(layer_collectives(strategy, FLAVORS[flavor], 4, 4, 4096))

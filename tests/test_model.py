@@ -18,7 +18,7 @@ def test_parameter_count_matches_closed_form(flavor):
 
 
 def test_paper_sizes_by_hand():
-    """boost_design §1.7: CoLA = 8·d·r + 3·r·(d+f) per layer; full rank 4d² + 3df; + 2d norms."""
+    """docs/design.md, "The model": CoLA = 8·d·r + 3·r·(d+f) per layer; full rank 4d² + 3df; + 2d norms."""
     d, f, r, L, V = 2048, 5472, 512, 24, 32000
     cola = L * (8 * d * r + 3 * r * (d + f) + 2 * d) + V * d + d
     full = L * (4 * d * d + 3 * d * f + 2 * d) + V * d + d

@@ -1,4 +1,4 @@
-"""Model flavors: BOOST's CoLA sizes (boost_design §1.7, r = d/4) and their dense twins ``<name>_fullrank``."""
+"""Model flavors: BOOST's CoLA sizes (docs/design.md, "The model"; r = d/4) and their dense twins ``<name>_fullrank``."""
 
 from .args import TransformerArgs
 

@@ -1,6 +1,6 @@
 """RMSNorm over a last dim that is sharded across tensor-parallel ranks, computed exactly.
 
-Notation (boost_design §4): rank i holds ``x_i [..., d/t]`` and ``γ_i``; ``S_i = Σ x_i²`` (fp32),
+Notation (docs/design.md, "Online RMSNorm"): rank i holds ``x_i [..., d/t]`` and ``γ_i``; ``S_i = Σ x_i²`` (fp32),
 ``S = Σ_i S_i``, ``rms = sqrt(S/d + eps)``; the reference is ``x / rms ⊙ γ`` on the full ``d``.
 
 * :func:`sync_rms_norm` — the statistic is all-reduced *before* the GEMM that consumes the norm
