@@ -6,9 +6,10 @@ from typing import Literal
 
 @dataclass
 class Boost:
-    tp_strategy: Literal["btp", "vanilla", "fullrank"] = "btp"
-    """How tensor parallelism shards the model: bottleneck-aware TP ("btp"), Megatron applied to each
-    low-rank pair ("vanilla"), or Megatron TP + sequence parallel for the dense twins ("fullrank")."""
+    tp_strategy: str = "btp"
+    """How tensor parallelism shards the model, a name in boost_titan.parallel.STRATEGIES: bottleneck-aware
+    TP ("btp"), Megatron applied to each low-rank pair ("vanilla"), or Megatron TP + sequence parallel
+    for the dense twins ("fullrank"). Checked against the model before any rank starts."""
 
     rmsnorm: Literal["online", "sync"] = "online"
     """btp only: how the d-sharded pre-norms get their global statistic. "sync": one small all-reduce

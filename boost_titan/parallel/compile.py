@@ -3,7 +3,9 @@
 A workaround, kept in this one place: torch 2.13 cannot compile a checkpointed block whose parameters
 are tp DTensors (see :class:`LocalShardCompiled`). ``torchtitan_ext.parallelize`` uses it instead of
 torchtitan's per-block ``torch.compile`` exactly when tp, compile and any activation checkpointing
-meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go.
+meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go (no upstream issue
+for it was found when searched on 2026-12-03; pytorch#173270 reworks how AOTAutograd handles DTensor
+meshes at runtime and is the place to watch).
 """
 
 from __future__ import annotations

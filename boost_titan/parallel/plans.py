@@ -7,8 +7,8 @@ Usage (user code)::
 
 A strategy is a module with ``plan(args, rmsnorm, loss_parallel)``, ``sharded_sizes(args)`` (what it
 divides by tp), ``LOWRANK`` (CoLA or dense models) and ``STREAM`` (the residual stream's layout
-between blocks). Adding one: write its file, add it to :data:`STRATEGIES` and to ``[boost]
-tp_strategy``'s choices.
+between blocks). Adding one: write its file and add it to :data:`STRATEGIES`; ``[boost] tp_strategy``
+accepts any registered name.
 """
 
 from __future__ import annotations

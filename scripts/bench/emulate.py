@@ -28,17 +28,17 @@ import shutil
 import statistics
 from pathlib import Path
 
-from boost_titan.bench.common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
-from scripts.bench.e2e import ROOT, run_train
-
 from boost_titan.bench import comm_model
+from boost_titan.bench.common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
 from boost_titan.bench.comm_volume import model_collectives
 from boost_titan.models import FLAVORS
+from boost_titan.parallel import STRATEGIES as PLANS
+from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
            "tiny": {"tp": 2, "pp": 1}}  # tiny: CPU smoke test
-STRATEGIES = ("btp", "vanilla", "fullrank")
+STRATEGIES = tuple(PLANS)  # btp, vanilla, fullrank: the registry's names
 BOOST_A100 = {  # BOOST Fig. 5, s per step (A100 80GB, mbz 4, seq 4096): fullrank, vanilla, btp
     "3B": (1.14, 1.41, 0.78), "7B": (1.06, 1.64, 0.72), "13B": (2.07, 2.42, 1.30)}
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
 #   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [attention] [profile] [quality]   (default: all)
-# Extra parts, not in the default: e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
+# Extra parts, not in the default (e2e_kernels and attention_quality need flash-attn-4 and liger-kernel installed: docs/design.md, "Kernels"):
+# e2e_kernels (flash-attn-4 + fused loss, both families), attention_quality (flash vs SDPA losses, 60M, corpus), e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
 # gemm_quick (7B tp 4, b 1/4), gemm_ops (per-product formulations), clocks (throughput and SM clock under sustained load), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
@@ -13,6 +14,10 @@ for part in $parts; do
   case $part in
     e2e) python -m scripts.bench.e2e --steps 20 --skip 6 \
            --variants cola_1b,fullrank_1b,cola_1b_compile,fullrank_1b_compile --out docs/results/e2e_1gpu ;;
+    e2e_kernels) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
+           cola_1b_compile,cola_1b_compile+flash,cola_1b_compile+flash+fused,fullrank_1b_compile,fullrank_1b_compile+flash+fused \
+           --out docs/results/e2e_kernels && bash scripts/bench/kernel_layouts.sh ;;
+    attention_quality) python -m scripts.bench.attention_quality --steps 300 --out docs/results/attention_quality_60m ;;
     e2e_more) python -m scripts.bench.e2e --steps 16 --skip 6 \
            --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
            --out docs/results/e2e_1gpu_ablation ;;

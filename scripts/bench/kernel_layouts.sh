@@ -7,12 +7,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-common=(--job.config_file train_configs/cola_1b_h200.toml --training.steps 3 --training.local_batch_size 1
+export CONFIG_FILE=train_configs/cola_1b_h200.toml  # run_train.sh's config; the emulator gets it as a flag
+common=(--training.steps 3 --training.local_batch_size 1
         --metrics.log_freq 1 --boost.attention flash "$@")
 run() {  # name, NGPU, emulate (0/1), overrides...
   local name=$1 n=$2 fake=$3; shift 3
   if [ "$fake" = 1 ]; then
-    log=$(NGPU=$n EMULATE_RANK=0 LOCAL_RANK=0 timeout 300 python -m torchtitan_ext.emulate "${common[@]}" "$@" --comm.mode fake_backend 2>&1)
+    log=$(NGPU=$n EMULATE_RANK=0 LOCAL_RANK=0 timeout 300 python -m torchtitan_ext.emulate --job.config_file "$CONFIG_FILE" "${common[@]}" "$@" --comm.mode fake_backend 2>&1)
   else
     log=$(NGPU=$n timeout 300 ./scripts/run_train.sh "${common[@]}" "$@" 2>&1)
   fi
