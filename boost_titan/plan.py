@@ -1,0 +1,202 @@
+"""Rank parallel layouts for a flavor on one node by PREDICTED throughput, among those that fit in memory.
+
+    python -m boost_titan.plan --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--seq 4096] [--top 12]
+
+A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``lowrank`` | ``full``), with
+``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4).
+Every number printed is a prediction from three parts, each stated here so it can be checked:
+
+* **Compute** = the rank's model FLOPs (``flops_per_token`` × tokens / (tp · pp)) at a per-rank rate that
+  was *measured* (emulated, compiled, bf16, b 4 × s 4096, ``docs/results/emulate_*.md``) for that strategy
+  and tp; a tp that was not measured takes the nearest measured one (column ``rate`` says which).
+  Activation checkpointing multiplies the compute time: ``lowrank`` by 1.21 (measured at 1B: 85.0K →
+  70.5K tokens/s), ``full`` by 4/3 (one more forward).
+* **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
+  counted from the real model on the meta device, all exposed; FSDP's traffic overlapped with compute
+  (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
+  batch microbatches of 1 sequence) plus one activation send each way per slot.
+* **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
+  AdamW moments) sharded over dp by FSDP2, plus a bf16 copy of the stage's weights when dp = 1 under
+  TP or PP (the 1-rank mixed-precision wrapper keeps it); activations per token and layer ``(A_sh / tp + A_rep) · d``
+  bytes, with (A_sh, A_rep) fitted per strategy to the measured peaks (below), times the stage's
+  layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``lowrank`` keeps
+  0.20 of that (measured at 1B: 44.0 → 15.1 GiB), ``full`` keeps each layer's input plus one layer's
+  activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from boost_titan.models import FLAVORS, TransformerArgs
+from boost_titan.models.args import flops_per_token, linear_params_per_layer
+from boost_titan.parallel import STRATEGIES, check_tp
+
+GiB = 2**30
+# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096): tp 1 from the
+# 7B / 3B FSDP rows, tp 2 from the 3B rows, tp 4 from the 7B rows (emulate_7b_b4.md, emulate_3b_13b.md).
+MEASURED_TFLOPS = {
+    "btp": {1: 550.0, 2: 414.1, 4: 425.5},
+    "vanilla": {1: 550.0, 2: 409.8, 4: 303.7},
+    "fullrank": {1: 567.0, 2: 623.4, 4: 597.1},
+}
+# Activation bytes per token and layer, in units of d: (A_sh, A_rep) with A_sh / tp + A_rep, fitted to
+# the measured peaks minus the model states (compiled, no AC, b 4 x 4096): CoLA tp 1 46.9 d (1B) and
+# 49.4 d (7B, FSDP 2), taken as 48.2; 7B tp 4: btp 17.3 d, vanilla 39.1 d, fullrank 12.2 d (all of it
+# sharded under sequence parallelism). Checked on the 3B tp 2 rows, which were not fitted (tests).
+ACTIVATION_D = {"btp": (41.2, 7.0), "vanilla": (12.2, 36.0), "fullrank": (48.8, 0.0)}
+AC_TIME = {"none": 1.0, "lowrank": 1.21, "full": 4 / 3}
+LOWRANK_KEEP = 0.20
+HEADROOM = 0.92
+
+
+@dataclass(frozen=True)
+class Layout:
+    strategy: str
+    tp: int
+    pp: int
+    dp: int
+    ac: str
+
+
+def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8) -> list[Layout]:
+    """Every valid layout: the strategy fits the family, tp divides what it shards, pp divides the layers."""
+    out = []
+    lowrank = args.attn_rank > 0
+    for strategy in STRATEGIES:
+        for tp in (t for t in (1, 2, 4, 8, 16) if t <= max_tp and gpus % t == 0):
+            if tp == 1 and strategy == "vanilla":  # without TP the two CoLA strategies are one layout
+                continue
+            try:
+                check_tp(strategy, args, tp)
+            except ValueError:
+                continue
+            for pp in (p for p in (1, 2, 4, 8, 16) if (gpus // tp) % p == 0 and args.n_layers % p == 0):
+                for ac in ("none", "lowrank", "full") if lowrank else ("none", "full"):
+                    out.append(Layout(strategy, tp, pp, gpus // (tp * pp), ac))
+    return out
+
+
+def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
+    """Parameters of the fullest pipeline stage on one rank (its TP shards, before FSDP); at tp = pp = 1
+    the whole model (``count_params``)."""
+    layer = linear_params_per_layer(args) + 2 * args.dim
+    table = args.vocab_size * args.dim
+    # pp > 1: the last stage holds the lm_head (a tied one mirrors the embedding) and the final norm
+    ends = table * (1 if args.tie_embeddings else 2) + args.dim if pp == 1 else table + args.dim
+    return (args.n_layers // pp * layer + ends) // tp
+
+
+def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int) -> dict:
+    """Predicted peak bytes on one rank of the fullest stage: model states and activations."""
+    params = stage_params(args, layout.tp, layout.pp)
+    # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision) keeps a bf16 copy of the weights;
+    # one GPU alone uses torchtitan's autocast, which keeps none
+    keeps_copy = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
+    states = 16 * params / layout.dp + (2 * params if keeps_copy else 0)
+    microbatch = 1 if layout.pp > 1 else batch
+    inflight = min(layout.pp, batch) if layout.pp > 1 else 1
+    tokens = microbatch * seq
+    a_sh, a_rep = ACTIVATION_D[layout.strategy]
+    per_layer = (a_sh / layout.tp + a_rep) * args.dim * tokens
+    layers = args.n_layers // layout.pp
+    if layout.ac == "none":
+        acts = per_layer * layers * inflight
+    elif layout.ac == "lowrank":
+        acts = LOWRANK_KEEP * per_layer * layers * inflight
+    else:  # full: each layer's bf16 input (the stream in the strategy's layout) + one layer recomputed
+        stream = args.dim // layout.tp if layout.strategy != "vanilla" else args.dim
+        acts = 2 * stream * tokens * layers * inflight + per_layer
+    return {"params": params, "states_bytes": states, "activation_bytes": acts, "total_bytes": states + acts}
+
+
+_CALLS: dict = {}
+
+
+def _layer_tp_calls(strategy: str, args: TransformerArgs, tp: int, microbatch: int, seq: int):
+    """One layer's TP collectives, counted from the real layer (cached: the same for every pp / dp / ac)."""
+    from boost_titan.bench.comm_volume import layer_collectives
+
+    key = (strategy, repr(args), tp, microbatch, seq)
+    if key not in _CALLS:
+        _CALLS[key] = layer_collectives(strategy, args, tp, microbatch, seq)
+    return _CALLS[key]
+
+
+def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None) -> dict:
+    """Predicted seconds per step on one rank: compute, exposed communication, pipeline bubble."""
+    from boost_titan.bench import comm_model
+
+    link = link or comm_model.H200_NODE
+    rates = MEASURED_TFLOPS[layout.strategy]
+    rate_tp = min(rates, key=lambda t: (abs(t - layout.tp), -t))  # nearest measured tp
+    tflops = rates[rate_tp] * 1e12
+    microbatch = 1 if layout.pp > 1 else batch
+    m = batch // microbatch
+    mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
+    mb_compute *= AC_TIME[layout.ac]
+    calls = _layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq)
+    mb_comm = comm_model.tp_seconds(list(calls), layout.tp, link) * (args.n_layers // layout.pp)
+    if layout.pp > 1:
+        stream = args.dim // layout.tp if layout.strategy == "btp" else args.dim
+        p2p = 2 * microbatch * seq * stream // (layout.tp if layout.strategy == "fullrank" else 1)
+        step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, link)
+    else:
+        step = m * (mb_compute + mb_comm)
+    compute = m * mb_compute
+    fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.dp, link,
+                                   groups=args.n_layers // layout.pp + 2)
+    step += max(0.0, fsdp - compute)
+    return {"compute_s": compute, "tp_comm_s": m * mb_comm, "fsdp_s": fsdp, "step_s": step,
+            "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
+
+
+def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096) -> list[dict]:
+    """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
+    (tokens/s per GPU: layouts with more data parallelism process more tokens per step)."""
+    args = FLAVORS[flavor].replace(max_seq_len=seq)
+    rows = []
+    for layout in layouts(args, gpus):
+        mem, t = memory(args, layout, batch, seq), step_time(args, layout, batch, seq)
+        rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
+                     "ac": layout.ac, "mem_gib": mem["total_bytes"] / GiB,
+                     "fits": mem["total_bytes"] <= HEADROOM * gpu_mem_gib * GiB, "step_s": t["step_s"],
+                     "tokens_per_s_gpu": batch * seq * layout.dp / t["step_s"] / gpus,
+                     "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "rate": t["rate"]})
+    return sorted(rows, key=lambda r: (not r["fits"], -r["tokens_per_s_gpu"]))
+
+
+def main(argv=None) -> None:
+    from boost_titan.bench.common import print_table
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--flavor", default="7B")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpu-mem", type=float, default=139.0, help="GiB per GPU (H200: 139 usable)")
+    p.add_argument("--batch", type=int, default=4, help="local batch: sequences per data-parallel rank")
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--top", type=int, default=12)
+    p.add_argument("--out", default=None, help="also write <out>.json and <out>.md (every layout)")
+    a = p.parse_args(argv)
+    rows = plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq)
+    fitting = [r for r in rows if r["fits"]]
+    print(f"{a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, local batch {a.batch} x {a.seq}: "
+          f"{len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.plan --help)")
+    cols = ["strategy", "tp", "pp", "dp", "ac", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s", "rate"]
+    rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    if a.out:
+        import shlex
+        import sys
+
+        from boost_titan.bench.common import env_info, write_results
+
+        meta = {**env_info("cpu"), "command": shlex.join(["python", "-m", "boost_titan.plan", *(sys.argv[1:] if argv is None else argv)])}
+        write_results(a.out, rounded, meta, f"PREDICTED layouts: {a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, "
+                      f"local batch {a.batch} x {a.seq}", columns=cols + ["fits"],
+                      notes="Every number is a prediction; how it is made: `python -m boost_titan.plan --help`.")
+    print_table([r for r in rounded if r["fits"]][:a.top], cols)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The layout planner's arithmetic (``python -m boost_titan.plan``) against hand computations."""
+
+import pytest
+
+from boost_titan import plan
+from boost_titan.bench import comm_model
+from boost_titan.models import FLAVORS
+from boost_titan.models.args import count_params, flops_per_token
+from boost_titan.parallel import check_tp
+
+TINY = FLAVORS["tiny"]  # d 64, 2 layers, 4 heads, f 160, r 16, V 512, untied
+
+
+def test_layouts_are_exactly_the_valid_ones():
+    found = plan.layouts(TINY, 8)
+    for layout in found:
+        assert layout.tp * layout.pp * layout.dp == 8 and TINY.n_layers % layout.pp == 0
+        check_tp(layout.strategy, TINY, layout.tp)
+    assert not any(layout.tp == 8 for layout in found)  # 4 heads: tp 8 cannot shard them
+    assert not any(layout.strategy == "vanilla" and layout.tp == 1 for layout in found)  # same as btp there
+    assert {layout.pp for layout in found} == {1, 2}  # 2 layers
+    assert not any(layout.strategy == "fullrank" for layout in found)  # a CoLA flavor
+    dense = plan.layouts(FLAVORS["tiny_fullrank"], 4)
+    assert {layout.strategy for layout in dense} == {"fullrank"} and {layout.ac for layout in dense} == {"none", "full"}
+
+
+@pytest.mark.parametrize("flavor", ["tiny", "tiny_tied", "1B", "7B_fullrank"])
+def test_stage_params_at_tp1_pp1_is_the_whole_model(flavor):
+    args = FLAVORS[flavor]
+    assert plan.stage_params(args, 1, 1) == count_params(args)
+
+
+def test_memory_by_hand():
+    args = FLAVORS["7B"]  # d 4096, 32 layers, tied
+    layout = plan.Layout("btp", tp=4, pp=1, dp=1, ac="none")
+    got = plan.memory(args, layout, batch=4, seq=4096)
+    params = (32 * (args.dim * 8 * 1024 + 3 * 1024 * (4096 + 11008) + 2 * 4096) + 32000 * 4096 + 4096) // 4
+    assert got["params"] == params
+    assert got["states_bytes"] == 16 * params + 2 * params  # dp 1: the bf16 working copy is kept
+    acts = (41.2 / 4 + 7.0) * 4096 * (4 * 4096) * 32
+    assert got["activation_bytes"] == pytest.approx(acts)
+    assert got["total_bytes"] / plan.GiB == pytest.approx(45.89, rel=0.01)  # the peak this row was fitted to
+    piped = plan.memory(args, plan.Layout("btp", 4, 2, 1, "lowrank"), batch=4, seq=4096)
+    assert piped["activation_bytes"] == pytest.approx(0.2 * (41.2 / 4 + 7.0) * 4096 * 4096 * 16 * 2)  # 2 in flight
+
+
+@pytest.mark.parametrize("flavor, strategy, measured_gib", [("3B", "btp", 48.30), ("3B", "vanilla", 65.91),
+                                                             ("3B_fullrank", "fullrank", 56.08)])
+def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measured_gib):
+    """3B tp 2, dp 1, b 4 x 4096, compiled (emulate_3b_13b.md): not used for the constants."""
+    got = plan.memory(FLAVORS[flavor], plan.Layout(strategy, 2, 1, 1, "none"), batch=4, seq=4096)
+    assert got["total_bytes"] / plan.GiB == pytest.approx(measured_gib, rel=0.08)
+
+
+def test_step_time_by_hand(monkeypatch):
+    """Compute at the measured rate, TP collectives per layer, the 1F1B bubble, FSDP overlap."""
+    args = FLAVORS["7B"]
+    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {1: 500.0, 4: 400.0}})
+    calls = [comm_model.Collective("forward", "all_reduce", (1, 4096, 3072), 2)]
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: calls)
+    per_layer = comm_model.tp_seconds(calls, 4)
+    flops_mb = flops_per_token(args, 4096) * 4096  # one sequence
+
+    t = plan.step_time(args, plan.Layout("btp", 4, 2, 1, "none"), batch=4, seq=4096)
+    slot = flops_mb / 8 / 400e12 + 16 * per_layer
+    p2p = 2 * 4096 * 1024  # one sequence of the d-sharded stream in bf16
+    assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p))
+    assert t["rate"] == "tp4"
+
+    t8 = plan.step_time(args, plan.Layout("btp", 8, 1, 1, "full"), batch=4, seq=4096)
+    assert t8["rate"] == "tp4 (nearest)"
+    assert t8["compute_s"] == pytest.approx(4 * flops_mb / 8 / 400e12 * 4 / 3)
+    # tp 8: the same collectives over 8 ranks; dp 1: no FSDP traffic
+    assert t8["step_s"] == pytest.approx(t8["compute_s"] + 32 * comm_model.tp_seconds(calls, 8))
+
+
+def test_plan_lists_fitting_layouts_first_by_throughput():
+    rows = plan.plan("tiny", 4, gpu_mem_gib=139, batch=2, seq=64)
+    assert rows and all(r["fits"] for r in rows)
+    speeds = [r["tokens_per_s_gpu"] for r in rows]
+    assert speeds == sorted(speeds, reverse=True)
+    nothing = plan.plan("tiny", 4, gpu_mem_gib=1e-6, batch=2, seq=64)
+    assert not any(r["fits"] for r in nothing)
