@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 NGPU=${NGPU:-2}
 LOG_RANK=${LOG_RANK:-0}
 CONFIG_FILE=${CONFIG_FILE:-train_configs/debug_cpu.toml}
-TRAIN_FILE=${TRAIN_FILE:-torchtitan.train}
+TRAIN_FILE=${TRAIN_FILE:-torchtitan_ext.train}  # torchtitan.train, exiting cleanly (see the module)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 for arg in "$@"; do

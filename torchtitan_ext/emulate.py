@@ -15,7 +15,9 @@ import os
 
 import torch
 import torchtitan.distributed.utils as dist_utils
-from torchtitan.train import Trainer, main
+from torchtitan.train import Trainer
+
+from torchtitan_ext.train import main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
 
@@ -31,4 +33,4 @@ def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
 dist_utils.init_fake_mode = init_fake_mode
 
 if __name__ == "__main__":
-    main(Trainer)
+    main_then_exit(Trainer)
