@@ -67,7 +67,6 @@ def main() -> None:
         if dist.get_rank() == 0:
             print("losses: " + " ".join(f"{v:.4f}" for v in losses), flush=True)
     finally:
-        dist.barrier()  # no collective in flight when the group goes (gloo can abort at exit otherwise)
         dist.destroy_process_group()
 
 

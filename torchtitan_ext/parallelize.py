@@ -31,8 +31,9 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     if parallel_dims.cp_enabled:
         raise NotImplementedError("context parallelism is not supported by cola_llama yet")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    for problem in kernel_problems(boost, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device):
-        raise ValueError(problem)
+    problems = kernel_problems(boost, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device)
+    if problems:
+        raise ValueError(problems[0])
     logger.info(f"Attention: {check_backend(boost.attention, device)}")
     if boost.fused_cross_entropy:
         model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both

@@ -21,10 +21,9 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from boost_titan.bench.layer_trace import fake_world, one_layer
 from boost_titan.bench.common import env_info, print_table, write_results
-from boost_titan.models import FLAVORS, Transformer, TransformerArgs
-from boost_titan.parallel import apply_tp
+from boost_titan.bench.layer_trace import meta_model, one_layer
+from boost_titan.models import FLAVORS, TransformerArgs
 
 _C10D = torch.ops._c10d_functional
 _KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_gather_into_tensor.default: "all_gather",
@@ -94,10 +93,7 @@ def model_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int,
     from torch.distributed.tensor.parallel import loss_parallel
 
     args = args.replace(max_seq_len=seq)
-    with fake_world(tp) as mesh:
-        with torch.device("meta"):
-            model = Transformer(args).to(dtype)
-        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
+    with meta_model(strategy, args, tp, rmsnorm=rmsnorm, dtype=dtype) as model:
         local_params = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters())
         tokens = torch.empty(batch, seq, dtype=torch.long, device="meta")
         recorder = CollectiveRecorder(tp)

@@ -38,16 +38,24 @@ def fake_world(world_size: int, device_type: str = "cpu"):
 
 
 @contextlib.contextmanager
+def meta_model(strategy: str, args: TransformerArgs, tp: int, *, rmsnorm: str = "online",
+               dtype: torch.dtype = torch.bfloat16):
+    """Yields the model on the meta device, sharded by ``strategy``'s plan over a fake ``tp``-rank group."""
+    with fake_world(tp) as mesh:
+        with torch.device("meta"):
+            model = Transformer(args).to(dtype)
+        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
+        yield model
+
+
+@contextlib.contextmanager
 def one_layer(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: int, *, rmsnorm: str = "online",
               dtype: torch.dtype = torch.bfloat16, prepare=None):
     """Yields ``(block, x, rope)``: layer 0 of a one-layer model under ``strategy`` at degree ``tp`` and
     a rank's input to it, in the layout the strategy keeps the residual stream in between blocks.
     ``prepare(model)`` runs after the plan is applied (e.g. activation checkpointing)."""
     args = args.replace(n_layers=1, max_seq_len=seq)
-    with fake_world(tp) as mesh:
-        with torch.device("meta"):
-            model = Transformer(args).to(dtype)
-        apply_tp(model, mesh, strategy, args, rmsnorm=rmsnorm)
+    with meta_model(strategy, args, tp, rmsnorm=rmsnorm, dtype=dtype) as model:
         if prepare is not None:
             prepare(model)
         shape = [batch, seq, args.dim]

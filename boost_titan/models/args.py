@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from torchtitan.protocols.model import BaseModelArgs
 
+from boost_titan.ops.attention import BACKENDS
+
 
 @dataclass
 class TransformerArgs(BaseModelArgs):
@@ -55,7 +57,7 @@ class TransformerArgs(BaseModelArgs):
             (0 <= self.mlp_rank < min(self.dim, self.ffn_dim),
              f"mlp_rank={self.mlp_rank} must be 0 (dense) or in [1, min(dim, ffn_dim)={min(self.dim, self.ffn_dim)})"),
             (self.vocab_size > 0 and self.n_layers > 0, "vocab_size and n_layers must be positive"),
-            (self.attention in ("sdpa", "flash"), f"attention={self.attention!r} must be 'sdpa' or 'flash'"),
+            (self.attention in BACKENDS, f"attention={self.attention!r} must be {' or '.join(map(repr, BACKENDS))}"),
         ]
         for ok, msg in checks:
             if not ok:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import functools
 
 import torch
-
-IGNORE_INDEX = -100
+from torchtitan.components.loss import IGNORE_INDEX  # the label torchtitan's loaders and loss skip
 
 
 def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
