@@ -9,8 +9,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Compute** = the rank's model FLOPs (``flops_per_token`` × tokens / (tp · pp)) at a per-rank rate that
   was *measured* (emulated, compiled, bf16, b 4 × s 4096, ``docs/results/emulate_*.md``) for that strategy
   and tp; a tp that was not measured takes the nearest measured one (column ``rate`` says which).
-  Activation checkpointing multiplies the compute time: ``lowrank`` by 1.21 (measured at 1B: 85.0K →
-  70.5K tokens/s), ``full`` by 4/3 (one more forward).
+  Activation checkpointing multiplies the compute time: ``lowrank`` by 1.21 (measured at 1B: 85K →
+  70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more forward).
 * **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, all exposed; FSDP's traffic overlapped with compute
   (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
@@ -20,7 +20,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
   TP or PP (the 1-rank mixed-precision wrapper keeps it); activations per token and layer ``(A_sh / tp + A_rep) · d``
   bytes, with (A_sh, A_rep) fitted per strategy to the measured peaks (below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``lowrank`` keeps
-  0.20 of that (measured at 1B: 44.0 → 15.1 GiB), ``full`` keeps each layer's input plus one layer's
+  0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
+  model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
   activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
 """
 
@@ -34,16 +35,18 @@ from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp
 
 GiB = 2**30
-# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096): tp 1 from the
-# 7B / 3B FSDP rows, tp 2 from the 3B rows, tp 4 from the 7B rows (emulate_7b_b4.md, emulate_3b_13b.md).
+# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 5):
+# CoLA tp 1 = 550, the mean of 562.3 (7B) and 536.3 (3B), FSDP over 2 (emulate_7b_b4.md, emulate_3b_13b.md);
+# tp 2 from the 3B rows, tp 4 from the 7B rows of the same files. Full rank tp 1 = 567: 7B_fullrank, tp 1,
+# dp 2, as issue 17 reports it (emulated the same way; not re-run for a results file).
 MEASURED_TFLOPS = {
     "btp": {1: 550.0, 2: 414.1, 4: 425.5},
     "vanilla": {1: 550.0, 2: 409.8, 4: 303.7},
     "fullrank": {1: 567.0, 2: 623.4, 4: 597.1},
 }
 # Activation bytes per token and layer, in units of d: (A_sh, A_rep) with A_sh / tp + A_rep, fitted to
-# the measured peaks minus the model states (compiled, no AC, b 4 x 4096): CoLA tp 1 46.9 d (1B) and
-# 49.4 d (7B, FSDP 2), taken as 48.2; 7B tp 4: btp 17.3 d, vanilla 39.1 d, fullrank 12.2 d (all of it
+# the measured peaks minus the model states (compiled, no AC, b 4 x 4096): CoLA tp 1 46.9 d (1B, 43.29 GiB,
+# e2e_kernels.md) and 49.4 d (7B, FSDP 2, 118.9 GiB, emulate_7b_b4.md), taken as 48.2; from emulate_7b_b4.md, 7B tp 4: btp 17.3 d, vanilla 39.1 d, fullrank 12.2 d (all of it
 # sharded under sequence parallelism). Checked on the 3B tp 2 rows, which were not fitted (tests).
 ACTIVATION_D = {"btp": (41.2, 7.0), "vanilla": (12.2, 36.0), "fullrank": (48.8, 0.0)}
 AC_TIME = {"none": 1.0, "lowrank": 1.21, "full": 4 / 3}
