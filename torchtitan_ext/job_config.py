@@ -23,6 +23,11 @@ class Boost:
     """Attention kernel: PyTorch SDPA, or "flash": flash-attn-4 (flash_attn.cute, SM90+) where installed,
     else flash-attn 2; a run without either stops with one line naming what is missing."""
 
+    float8: Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"] = "none"
+    """Run every projection GEMM in float8 with one of torchao's recipes (needs torchao and an SM89+
+    GPU; on a CPU torchao's emulation runs, for tests). The lm_head stays bf16. Scales are per local
+    shard under tp, so a float8 tp run matches its tp 1 twin within float8 tolerance, not exactly."""
+
     fused_cross_entropy: bool = False
     """Fuse the lm_head GEMM with the cross-entropy (liger-kernel on CUDA, else a chunked PyTorch
     version): the same loss without materialising the [tokens, vocab] logits. Needs an lm_head that is

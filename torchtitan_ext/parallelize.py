@@ -15,6 +15,7 @@ from torchtitan.tools.logging import logger
 
 from boost_titan.ops.attention import check_backend, save_for_backward_ops
 from boost_titan.ops.cross_entropy import implementation_name
+from boost_titan.ops.float8 import check_float8
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_on_local_shards
@@ -31,10 +32,11 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     if parallel_dims.cp_enabled:
         raise NotImplementedError("context parallelism is not supported by cola_llama yet")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    problems = kernel_problems(boost, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device)
+    problems = kernel_problems(boost, args, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device)
     if problems:
         raise ValueError(problems[0])
     logger.info(f"Attention: {check_backend(boost.attention, device)}")
+    logger.info(f"Projection GEMMs: {check_float8(args.float8, args.gemm_dims(), tp, device)}")
     if boost.fused_cross_entropy:
         model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both
         logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
@@ -95,16 +97,18 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     return model
 
 
-def kernel_problems(boost, tp: int, pp: int, device: torch.device | None = None) -> list[str]:
-    """The ``[boost]`` kernel choices this layout and machine cannot run (one line each; empty: fine)."""
+def kernel_problems(boost, args, tp: int, pp: int, device: torch.device | None = None) -> list[str]:
+    """The ``[boost]`` kernel choices this model, layout and machine cannot run (one line each; empty: fine)."""
     out = []
     if boost.fused_cross_entropy and (tp > 1 or pp > 1):
         out.append(f"[boost] fused_cross_entropy=true needs the whole lm_head on each rank (tp = 1, pp = 1), "
                    f"got tp={tp} pp={pp}; at tp > 1 loss parallelism already keeps the logits vocab-sharded")
-    try:
-        check_backend(boost.attention, device)
-    except (RuntimeError, ValueError) as e:
-        out.append(str(e))
+    for check in (lambda: check_backend(boost.attention, device),
+                  lambda: check_float8(boost.float8, args.gemm_dims(), tp, device)):
+        try:
+            check()
+        except (RuntimeError, ValueError) as e:
+            out.append(str(e))
     return out
 
 

@@ -47,7 +47,7 @@ def problems(argv: list[str], world_size: int) -> list[str]:
         out.append(f"training.seq_len={training.seq_len} must be divisible by {tp * 2 * cp} (tp · 2 · cp)")
     from torchtitan_ext.parallelize import kernel_problems
 
-    out += kernel_problems(job.boost, tp, pp)
+    out += kernel_problems(job.boost, args, tp, pp)
     if job.boost.lowrank_checkpoint and job.activation_checkpoint.mode != "none":
         out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="
                    f"{job.activation_checkpoint.mode!r}: set activation_checkpoint.mode = 'none'")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torchtitan.protocols.model import BaseModelArgs
 
 from boost_titan.ops.attention import BACKENDS
+from boost_titan.ops.float8 import RECIPES as FLOAT8_RECIPES
 
 
 @dataclass
@@ -35,6 +36,7 @@ class TransformerArgs(BaseModelArgs):
     init_seed: int = 0
     grouped: bool = True  # run the A (and B) factors that share an input as one GEMM (see Projection)
     attention: str = "sdpa"  # attention kernel: "sdpa" | "flash" (boost_titan.ops.attention)
+    float8: str = "none"  # projection GEMMs: "none" (bf16) or a torchao float8 recipe (boost_titan.ops.float8)
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -44,6 +46,12 @@ class TransformerArgs(BaseModelArgs):
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    def gemm_dims(self) -> dict[str, int]:
+        """The projections' GEMM dimensions (inputs, outputs, ranks) by name; a rank of 0 (dense) is left out."""
+        dims = {"dim": self.dim, "ffn_dim": self.ffn_dim, "n_kv_heads*head_dim": self.kv_heads * self.head_dim,
+                "attn_rank": self.attn_rank, "mlp_rank": self.mlp_rank}
+        return {k: v for k, v in dims.items() if v}
 
     def validate(self) -> None:
         """Fail early, one message per bad value, naming the rule."""
@@ -58,6 +66,7 @@ class TransformerArgs(BaseModelArgs):
              f"mlp_rank={self.mlp_rank} must be 0 (dense) or in [1, min(dim, ffn_dim)={min(self.dim, self.ffn_dim)})"),
             (self.vocab_size > 0 and self.n_layers > 0, "vocab_size and n_layers must be positive"),
             (self.attention in BACKENDS, f"attention={self.attention!r} must be {' or '.join(map(repr, BACKENDS))}"),
+            (self.float8 in FLOAT8_RECIPES, f"float8={self.float8!r} must be one of {FLOAT8_RECIPES}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -65,12 +74,12 @@ class TransformerArgs(BaseModelArgs):
 
     # ---- torchtitan protocol -------------------------------------------------------------------
     def update_from_config(self, job_config, **kwargs) -> None:
-        """The job's choices that change the model: sequence length, grouping, attention kernel.
+        """The job's choices that change the model: sequence length, grouping, attention kernel, float8.
         (Sizing the vocabulary from the tokenizer is the torchtitan glue's: ``torchtitan_ext.train_spec``.)"""
         self.max_seq_len = job_config.training.seq_len
         boost = getattr(job_config, "boost", None)
         if boost is not None:
-            self.grouped, self.attention = boost.grouped, boost.attention
+            self.grouped, self.attention, self.float8 = boost.grouped, boost.attention, boost.float8
 
     def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
         return count_params(self), flops_per_token(self, seq_len)

@@ -19,6 +19,7 @@ from torch import nn
 from torchtitan.protocols.model import ModelProtocol
 
 from boost_titan.ops.attention import attention
+from boost_titan.ops.float8 import linear
 from boost_titan.ops.precision import upcast
 from boost_titan.ops.rmsnorm import rms_norm
 
@@ -57,7 +58,9 @@ class Projection(nn.Module):
     ``b`` the B factors: one :class:`BatchedLinear` per run of equal ``d_out`` (q vs k|v in GQA).
 
     ``grouped=True`` runs the A's as one GEMM and each run of B's as one batched GEMM; ``False`` runs
-    every factor on its own (same function, for the ablation).
+    every factor on its own (same function, for the ablation). ``float8`` names a torchao float8
+    recipe for every GEMM (boost_titan.ops.float8; "none": bf16); float8 has no batched GEMM, so
+    grouped B factors then run one GEMM each, on the same strided views.
 
     The pre-norm belongs to the projection because, under bottleneck-aware TP, the norm's statistic
     travels with the A factors' all-reduce (online RMSNorm): the two form one parallel site. Tensor
@@ -65,9 +68,9 @@ class Projection(nn.Module):
     """
 
     def __init__(self, d_in: int, d_outs: list[int], rank: int, *, norm_eps: float | None,
-                 dense_std: float, grouped: bool = True):
+                 dense_std: float, grouped: bool = True, float8: str = "none"):
         super().__init__()
-        self.d_outs, self.rank, self.grouped = list(d_outs), rank, grouped
+        self.d_outs, self.rank, self.grouped, self.float8 = list(d_outs), rank, grouped, float8
         self.norm = RMSNorm(d_in, norm_eps) if norm_eps is not None else None
         runs = _runs_of_equal(d_outs)
         if rank == 0:
@@ -90,13 +93,13 @@ class Projection(nn.Module):
         return self.up([F.silu(h) for h in self.down(x, self.a.weight)], b_ws)
 
     def dense(self, x: torch.Tensor, ws: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [y for w in ws for y in x_times(x, w, self.grouped)]
+        return [y for w in ws for y in x_times(x, w, self.grouped, self.float8)]
 
     def down(self, x: torch.Tensor, a_w: torch.Tensor) -> list[torch.Tensor]:
         """Pre-activations of the A factors: one ``[..., c·r]`` tensor if grouped, else c ``[..., r]``."""
         if self.grouped:
-            return [F.linear(x, a_w.flatten(0, 1))]
-        return [F.linear(x, a_w[j]) for j in range(a_w.shape[0])]
+            return [linear(x, a_w.flatten(0, 1), self.float8)]
+        return [linear(x, a_w[j], self.float8) for j in range(a_w.shape[0])]
 
     def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor]) -> list[torch.Tensor]:
         """B factors on the activations from :meth:`down`; each run of B's is one batched GEMM."""
@@ -108,21 +111,24 @@ class Projection(nn.Module):
             for w in b_ws:
                 c = w.shape[0]
                 zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
-                y = torch.bmm(zc, w.transpose(1, 2))  # [c, m, d_out]: each output contiguous
-                # unbind, not y[j]: its backward is one stack (each gradient written once), where
-                # c selects backward into c zero-filled buffers that compiled code sums elementwise
-                out += [t.view(*lead, -1) for t in y.unbind(0)]
+                if self.float8 != "none":  # one float8 GEMM per factor on the same views
+                    out += [linear(zc[j], w[j], self.float8).view(*lead, -1) for j in range(c)]
+                else:
+                    y = torch.bmm(zc, w.transpose(1, 2))  # [c, m, d_out]: each output contiguous
+                    # unbind, not y[j]: its backward is one stack (each gradient written once), where
+                    # c selects backward into c zero-filled buffers that compiled code sums elementwise
+                    out += [t.view(*lead, -1) for t in y.unbind(0)]
                 i += c
             return out
         ws = [w[j] for w in b_ws for j in range(w.shape[0])]
-        return [F.linear(t, w) for t, w in zip(zs, ws)]
+        return [linear(t, w, self.float8) for t, w in zip(zs, ws)]
 
 
-def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool) -> list[torch.Tensor]:
+def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool, float8: str = "none") -> list[torch.Tensor]:
     """``[x W_1ᵀ, …, x W_cᵀ]`` for a stacked ``w [c, d_out, d_in]``: one GEMM if grouped."""
     if grouped:
-        return list(F.linear(x, w.flatten(0, 1)).split(w.shape[1], dim=-1))
-    return [F.linear(x, w[j]) for j in range(w.shape[0])]
+        return list(linear(x, w.flatten(0, 1), float8).split(w.shape[1], dim=-1))
+    return [linear(x, w[j], float8) for j in range(w.shape[0])]
 
 
 def _runs_of_equal(sizes: list[int]) -> list[list[int]]:
@@ -161,9 +167,9 @@ class Attention(nn.Module):
         self.head_dim, self.backend = hd, args.attention
         depth_std = args.init_std / math.sqrt(2 * args.n_layers)  # residual-branch outputs (dense)
         self.qkv = Projection(d, [args.n_heads * hd, args.kv_heads * hd, args.kv_heads * hd], args.attn_rank,
-                              norm_eps=args.norm_eps, dense_std=args.init_std, grouped=args.grouped)
+                              norm_eps=args.norm_eps, dense_std=args.init_std, grouped=args.grouped, float8=args.float8)
         self.o = Projection(args.n_heads * hd, [d], args.attn_rank, norm_eps=None, dense_std=depth_std,
-                            grouped=args.grouped)
+                            grouped=args.grouped, float8=args.float8)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(x)
@@ -181,9 +187,9 @@ class FeedForward(nn.Module):
         d, f = args.dim, args.ffn_dim
         self.swiglu = args.swiglu
         self.gate_up = Projection(d, [f, f], args.mlp_rank, norm_eps=args.norm_eps, dense_std=args.init_std,
-                                  grouped=args.grouped)
+                                  grouped=args.grouped, float8=args.float8)
         self.down = Projection(f, [d], args.mlp_rank, norm_eps=None,
-                               dense_std=args.init_std / math.sqrt(2 * args.n_layers), grouped=args.grouped)
+                               dense_std=args.init_std / math.sqrt(2 * args.n_layers), grouped=args.grouped, float8=args.float8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, u = self.gate_up(x)

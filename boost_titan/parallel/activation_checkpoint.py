@@ -28,7 +28,9 @@ _COLLECTIVES = {
     torch.ops._c10d_functional.reduce_scatter_tensor.default,
     torch.ops._c10d_functional.wait_tensor.default,
 }
-_GEMMS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+# GEMM ops -> position of the right-hand operand, whose last dim is the output width
+# (_scaled_mm: the float8 GEMMs of boost_titan.ops.float8 on a GPU)
+_GEMMS = {torch.ops.aten.mm.default: 1, torch.ops.aten.addmm.default: 2, torch.ops.aten._scaled_mm.default: 1}
 
 
 def bottleneck_widths(args: TransformerArgs, grouped: bool) -> set[int]:
@@ -44,7 +46,7 @@ def lowrank_policy(args: TransformerArgs, tensor_parallel: bool):
     def policy(ctx, func, *op_args, **kwargs):
         if func in _COLLECTIVES:
             return CheckpointPolicy.MUST_SAVE
-        if not tensor_parallel and func in _GEMMS and op_args[-1].shape[-1] in widths:
+        if not tensor_parallel and func in _GEMMS and op_args[_GEMMS[func]].shape[-1] in widths:
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 

@@ -27,8 +27,10 @@ from boost_titan.bench.common import bucket_rows, env_info, print_table, removal
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
-KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"]}
-VARIANTS = {  # name: (config file, extra CLI overrides)
+# suffixes a variant name may carry, "+"-joined, to run it with these kernels (the same for both families)
+KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"],
+           "fp8": ["--boost.float8", "rowwise"]}
+BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
     "cola_1b_vanilla": ("train_configs/cola_1b_h200.toml", ["--boost.tp_strategy", "vanilla"]),
@@ -37,10 +39,25 @@ VARIANTS = {  # name: (config file, extra CLI overrides)
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
 }
-# the same kernels for both families: "<variant>+flash", "<variant>+flash+fused", "<variant>+fused"
-VARIANTS |= {f"{name}+{'+'.join(kinds)}": (config, extra + [a for k in kinds for a in KERNELS[k]])
-             for name, (config, extra) in list(VARIANTS.items())
-             for kinds in (["flash"], ["fused"], ["flash", "fused"])}
+
+
+def variant(name: str) -> tuple[str, list[str]]:
+    """``<base>[+<kernel>…][+b<N>]`` → (config file, CLI overrides); e.g. ``cola_1b_compile+flash+fp8+b8``:
+    a base from BASES, kernels from KERNELS, ``bN`` a local batch of N."""
+    base, *suffixes = name.split("+")
+    if base not in BASES:
+        raise SystemExit(f"unknown variant base {base!r} in {name!r}; bases: {', '.join(BASES)}")
+    config, extra = BASES[base]
+    extra = list(extra)
+    for suffix in suffixes:
+        if re.fullmatch(r"b\d+", suffix):
+            extra += ["--training.local_batch_size", suffix[1:]]
+        elif suffix in KERNELS:
+            extra += KERNELS[suffix]
+        else:
+            raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, or bN (batch N)")
+    return config, extra
+
 STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
                   r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+|n/a)")  # n/a: no known peak (CPU)
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
@@ -123,14 +140,16 @@ def main() -> None:
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     results, profiles, buckets = [], [], {}
-    for name in a.variants.split(","):
-        config, extra = VARIANTS[name]
+    names = a.variants.split(",")
+    plans = {name: variant(name) for name in names}  # a bad name fails before any run
+    for name in names:
+        config, extra = plans[name]
         dump = ROOT / "outputs" / "e2e" / name.replace("+", ".")
         profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
                      str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
                      "--profiling.save_traces_folder", "traces"] if a.profile else []
-        batch = ["--training.local_batch_size", str(a.batch)] if a.batch else []
-        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *extra, *batch, *profiling,
+        batch = ["--training.local_batch_size", str(a.batch)] if a.batch else []  # before extra: "+bN" wins
+        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *batch, *extra, *profiling,
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
@@ -162,7 +181,9 @@ def main() -> None:
                   notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
                         "count (low-rank aware) against torchtitan's peak for the device. Attention: PyTorch "
                         "SDPA (default backend choice) for both families unless the variant says `+flash` "
-                        "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel).")
+                        "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8`: "
+                        "torchao float8 rowwise GEMMs in every projection (MFU still against the bf16 peak); "
+                        "`+bN`: local batch N.")
     if profiles:
         print_table(profiles)
     if bounds:

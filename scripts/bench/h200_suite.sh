@@ -2,7 +2,9 @@
 # The single-GPU benchmark suite, in the order results/ cites it. Usage (repo root, on the GPU box):
 #   bash scripts/bench/h200_suite.sh [e2e] [gemm] [kernels] [ac] [attention] [profile] [quality]   (default: all)
 # Extra parts, not in the default (e2e_kernels and attention_quality need flash-attn-4 and liger-kernel installed: docs/design.md, "Kernels"):
-# e2e_kernels (flash-attn-4 + fused loss, both families), attention_quality (flash vs SDPA losses, 60M, corpus), e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
+# e2e_kernels (flash-attn-4 + fused loss, both families), attention_quality (flash vs SDPA losses, 60M, corpus),
+# e2e_float8 (torchao float8 projections, both families; needs torchao), float8_quality (bf16 vs float8 losses, 60M, corpus),
+# e2e_batch (local batch 12 / 16 with flash + fused), attention_quality_1b (flash vs SDPA losses, 1B compiled, corpus), norm_kernels (quack / liger / Inductor RMSNorm), e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
 # gemm_quick (7B tp 4, b 1/4), gemm_ops (per-product formulations), clocks (throughput and SM clock under sustained load), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
 # Each part writes JSON + markdown under docs/results/ and prints its table last.
 set -uo pipefail
@@ -17,7 +19,20 @@ for part in $parts; do
     e2e_kernels) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
            cola_1b_compile,cola_1b_compile+flash,cola_1b_compile+flash+fused,fullrank_1b_compile,fullrank_1b_compile+flash+fused \
            --out docs/results/e2e_kernels && bash scripts/bench/kernel_layouts.sh ;;
-    attention_quality) python -m scripts.bench.attention_quality --steps 300 --out docs/results/attention_quality_60m ;;
+    attention_quality) python -m scripts.bench.loss_match --steps 300 --out docs/results/attention_quality_60m \
+           --runs "sdpa=--boost.attention sdpa" "flash=--boost.attention flash" ;;
+    float8_quality) python -m scripts.bench.loss_match --steps 500 --out docs/results/float8_quality_60m \
+           --runs "bf16=" "fp8=--boost.float8 rowwise" ;;
+    e2e_float8) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
+           cola_1b_compile+flash+fused,cola_1b_compile+flash+fused+fp8,fullrank_1b_compile+flash+fused,fullrank_1b_compile+flash+fused+fp8 \
+           --out docs/results/e2e_float8 ;;
+    e2e_batch) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
+           cola_1b_compile+flash+fused+b12,cola_1b_compile+flash+fused+b16,fullrank_1b_compile+flash+fused+b12 \
+           --out docs/results/e2e_batch ;;
+    attention_quality_1b) python -m scripts.bench.loss_match --config train_configs/cola_1b_h200.toml --steps 300 \
+           --extra="--compile.enable --boost.fused_cross_entropy --training.dataset corpus --boost.tokenizer gpt2 --boost.vocab_from_tokenizer" \
+           --runs "sdpa=--boost.attention sdpa" "flash=--boost.attention flash" --out docs/results/attention_quality_1b ;;
+    norm_kernels) python -m scripts.bench.norm_kernels --out docs/results/norm_kernels ;;
     e2e_more) python -m scripts.bench.e2e --steps 16 --skip 6 \
            --variants cola_1b_compile,cola_1b_ungrouped_compile,cola_1b_lowrank_ckpt_compile \
            --out docs/results/e2e_1gpu_ablation ;;
