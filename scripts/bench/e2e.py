@@ -129,6 +129,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--skip", type=int, default=5, help="warm-up steps excluded from the medians")
     p.add_argument("--batch", type=int, default=None, help="local batch size for every run (default: the config's)")
+    p.add_argument("--log-freq", type=int, default=1,
+                   help="torchtitan's metrics.log_freq: each logged rate is the mean over that many steps. Every "
+                        "log reads the loss (.item()), a host-device sync per logged step; training configs log "
+                        "every 10 or more, so 10 measures the loop as it trains (then --skip 10 --steps 40)")
     p.add_argument("--ngpu", type=int, default=1)
     p.add_argument("--out", default="docs/results/e2e_1gpu")
     p.add_argument("--extra", default="",
@@ -149,7 +153,7 @@ def main() -> None:
                      str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
                      "--profiling.save_traces_folder", "traces"] if a.profile else []
         batch = ["--training.local_batch_size", str(a.batch)] if a.batch else []  # before extra: "+bN" wins
-        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", "1", *batch, *extra, *profiling,
+        overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", str(a.log_freq), *batch, *extra, *profiling,
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
