@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
 # suffixes a variant name may carry, "+"-joined, to run it with these kernels (the same for both families)
 KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"],
-           "fp8": ["--boost.float8", "rowwise"]}
+           "fp8": ["--boost.float8", "rowwise"], "fp8tw": ["--boost.float8", "tensorwise"]}
 BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
@@ -185,8 +185,8 @@ def main() -> None:
                   notes="Medians over the timed steps (first `--skip` excluded). MFU uses the model's own FLOP "
                         "count (low-rank aware) against torchtitan's peak for the device. Attention: PyTorch "
                         "SDPA (default backend choice) for both families unless the variant says `+flash` "
-                        "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8`: "
-                        "torchao float8 rowwise GEMMs in every projection (MFU still against the bf16 peak); "
+                        "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8` / `+fp8tw`: "
+                        "torchao float8 rowwise / tensorwise GEMMs in every projection (MFU still against the bf16 peak); "
                         "`+bN`: local batch N.")
     if profiles:
         print_table(profiles)

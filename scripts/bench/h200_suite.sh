@@ -23,11 +23,11 @@ for part in $parts; do
            --runs "sdpa=--boost.attention sdpa" "flash=--boost.attention flash" ;;
     float8_quality) python -m scripts.bench.loss_match --steps 500 --out docs/results/float8_quality_60m \
            --runs "bf16=" "fp8=--boost.float8 rowwise" ;;
-    e2e_float8) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
-           cola_1b_compile+flash+fused,cola_1b_compile+flash+fused+fp8,fullrank_1b_compile+flash+fused,fullrank_1b_compile+flash+fused+fp8 \
+    e2e_float8) python -m scripts.bench.e2e --steps 40 --skip 10 --log-freq 10 --variants \
+           cola_1b_compile+flash+fused,cola_1b_compile+flash+fused+fp8,cola_1b_compile+flash+fused+fp8tw,fullrank_1b_compile+flash+fused,fullrank_1b_compile+flash+fused+fp8,fullrank_1b_compile+flash+fused+fp8tw \
            --out docs/results/e2e_float8 ;;
-    e2e_batch) python -m scripts.bench.e2e --steps 14 --skip 6 --variants \
-           cola_1b_compile+flash+fused+b12,cola_1b_compile+flash+fused+b16,fullrank_1b_compile+flash+fused+b12 \
+    e2e_batch) python -m scripts.bench.e2e --steps 30 --skip 10 --log-freq 10 --variants \
+           cola_1b_compile+flash+fused+b12,cola_1b_compile+flash+fused+b16,fullrank_1b_compile+flash+fused+b12,cola_1b_compile+flash+fused+fp8tw+b16,fullrank_1b_compile+flash+fused+fp8tw+b16 \
            --out docs/results/e2e_batch ;;
     attention_quality_1b) python -m scripts.bench.loss_match --config train_configs/cola_1b_h200.toml --steps 300 \
            --extra="--compile.enable --boost.fused_cross_entropy --training.dataset corpus --boost.tokenizer gpt2 --boost.vocab_from_tokenizer" \
