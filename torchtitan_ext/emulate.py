@@ -5,8 +5,16 @@
 
 One process runs the real kernels of one rank at that rank's real shapes while every collective
 returns at once (its result is left unwritten: losses are meaningless, times and memory are not).
-torchtitan 0.2.2 always plays rank 0 (``init_fake_mode``); the only change here is the rank, so that
-a pipeline layout's other stages can be timed too (rank ``k·(NGPU/pp)`` holds stage ``k``).
+torchtitan 0.2.2 always plays rank 0 (``init_fake_mode``); here any rank can be played, so that a
+pipeline layout's other stages can be timed too (rank ``k·(NGPU/pp)`` holds stage ``k``).
+
+A later stage learns its input's shape at its first step from the previous stage (a metadata
+message, ``recv_object_list``), which the fake backend never delivers. For the cola_llama family
+that input is always the residual stream, ``[microbatch, seq, dim]`` in the compute dtype, with the
+tp strategy's stream layout (btp: d sharded; fullrank: the sequence sharded), so
+:func:`stage_input` writes it here and the stage's own shape inference then runs as usual. That
+hook uses torch 2.11's pipelining (``PipelineStage._shape_inference``, the GPU image's torch); later
+torch versions replace it with a metadata vote, and playing a later stage there stops with one line.
 """
 
 from __future__ import annotations
@@ -14,12 +22,16 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.distributed.pipelining.stage as pipelining_stage
 import torchtitan.distributed.utils as dist_utils
+from torch.distributed.tensor import Shard
+from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.train import Trainer
 
 from torchtitan_ext.train import main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
+_job_config = None  # the running job's config (set when the Trainer is built)
 
 
 def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
@@ -30,7 +42,62 @@ def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
     torch.distributed.init_process_group("fake", rank=RANK, world_size=world_size)
 
 
-dist_utils.init_fake_mode = init_fake_mode
+dist_utils.init_fake_mode = init_fake_mode  # only --comm.mode fake_backend runs call it
+
+
+def stage_input(job_config, dim: int) -> torch.Tensor:
+    """The meta tensor a later pipeline stage of a cola_llama model receives: the residual stream of
+    one microbatch, ``[microbatch, seq, dim]`` in the compute dtype, sharded as the tp strategy's
+    stream is (btp: ``Shard(-1)``, d; fullrank: ``Shard(1)``, the sequence; vanilla: replicated)."""
+    from boost_titan.parallel.plans import STRATEGIES
+
+    par, training = job_config.parallelism, job_config.training
+    shape = [par.pipeline_parallel_microbatch_size, training.seq_len, dim]
+    stream = STRATEGIES[job_config.boost.tp_strategy].STREAM
+    if par.tensor_parallel_degree > 1 and isinstance(stream, Shard):
+        shape[stream.dim] //= par.tensor_parallel_degree
+    return torch.empty(shape, dtype=TORCH_DTYPE_MAP[training.mixed_precision_param], device="meta")
+
+
+_torch_shape_inference = getattr(pipelining_stage.PipelineStage, "_shape_inference", None)
+
+
+def _shape_inference(stage, args, kwargs=None):
+    """torch 2.11's shape inference with the previous stage's metadata message answered here."""
+    if stage.is_first or stage.stage_index_to_group_rank[stage.stage_index - 1] == stage.group_rank:
+        return _torch_shape_inference(stage, args, kwargs)  # nothing is received
+    inputs = (stage_input(_job_config, stage.submod.model_args.dim),)
+    receive = pipelining_stage.dist.recv_object_list
+
+    def delivered(objects, *_, **__):
+        objects[0] = inputs
+
+    pipelining_stage.dist.recv_object_list = delivered
+    try:
+        return _torch_shape_inference(stage, args, kwargs)
+    finally:
+        pipelining_stage.dist.recv_object_list = receive
+
+
+def _check_stage_emulation(job_config) -> None:
+    pp = job_config.parallelism.pipeline_parallel_degree
+    if pp > 1 and RANK > 0 and _torch_shape_inference is None:
+        raise RuntimeError(f"EMULATE_RANK={RANK} may hold a later pipeline stage, whose input shape this emulation "
+                           f"supplies through torch 2.11's PipelineStage._shape_inference; torch {torch.__version__} "
+                           "has no such hook: play rank 0 (stage 0) here, or use torch 2.11")
+
+
+class EmulatedTrainer(Trainer):
+    """torchtitan's Trainer, with later pipeline stages' input shapes supplied (installed here, in the
+    emulating process only: importing this module changes nothing)."""
+
+    def __init__(self, job_config):
+        global _job_config
+        _job_config = job_config
+        _check_stage_emulation(job_config)
+        if _torch_shape_inference is not None:
+            pipelining_stage.PipelineStage._shape_inference = _shape_inference
+        super().__init__(job_config)
 
 if __name__ == "__main__":
-    main_then_exit(Trainer)
+    main_then_exit(EmulatedTrainer)

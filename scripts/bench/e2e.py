@@ -58,11 +58,16 @@ def variant(name: str) -> tuple[str, list[str]]:
             raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, or bN (batch N)")
     return config, extra
 
-STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
+STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*(-?[\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
                   r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+|n/a)")  # n/a: no known peak (CPU)
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
 BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _loss(text: str) -> float:
+    """torchtitan logs -1 as the loss of a pipeline rank that does not compute it (not the last stage)."""
+    return float("nan") if float(text) == -1.0 else float(text)
 
 
 def _seconds(hms: str) -> int:
@@ -102,7 +107,7 @@ def parse_log(log: str, returncode: int, command: str) -> dict:
     """``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
     ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``."""
     steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
-                      (_seconds(m[0]), int(m[1]), float(m[2]), float(m[3]), int(m[4].replace(",", "")),
+                      (_seconds(m[0]), int(m[1]), _loss(m[2]), float(m[3]), int(m[4].replace(",", "")),
                        float(m[5]), float("nan") if m[6] == "n/a" else float(m[6])))) for m in STEP.findall(log)]
     t0_log = steps[0]["t"] if steps else 0
     for r in steps:

@@ -11,13 +11,16 @@ for btp / vanilla / fullrank, plus a tp 1 row of the same flavor and local batch
 as the reference for how well a rank's work splits: ``split_eff`` is the share of the tp 1
 per-GPU rate that the rank keeps (1.0 = a perfect tp-way split of the tp 1 step).
 
-A pipeline layout is emulated without its pipeline (the fake backend cannot build torch's pipeline
-stages, whose shape exchange is itself a collective): the rank's compute of the whole model at its
-tp and microbatch size 1, which the model splits into pp equal stages and schedules as 1F1B over
-``--batch`` microbatches.
+A pipeline layout's row is emulated without its pipeline: the rank's compute of the whole model at
+its tp and microbatch size 1, which the model splits into pp equal stages and schedules as 1F1B over
+``--batch`` microbatches. ``--stages`` also plays each stage's first rank inside the real pipeline
+schedule (torchtitan_ext.emulate answers the later stages' shape exchange; torch 2.11): the stage's
+compute for all its microbatches, with no wait on its neighbours — how unequal the stages are (the
+last one holds the lm_head and the loss). Those rows form a section of their own.
 
     python -m scripts.bench.emulate --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
     python -m scripts.bench.emulate --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
+    python -m scripts.bench.emulate --rows 13B:btp --stages --out docs/results/emulate_13b_stages
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
-           "tiny": {"tp": 2, "pp": 1}}  # tiny: CPU smoke test
+           "tiny": {"tp": 2, "pp": 1}, "tiny_pp": {"tp": 2, "pp": 2, "flavor": "tiny"}}  # CPU smoke tests
 STRATEGIES = tuple(PLANS)  # btp, vanilla, fullrank: the registry's names
 BOOST_A100 = {  # BOOST Fig. 5, s per step (A100 80GB, mbz 4, seq 4096): fullrank, vanilla, btp
     "3B": (1.14, 1.41, 0.78), "7B": (1.06, 1.64, 0.72), "13B": (2.07, 2.42, 1.30)}
@@ -47,8 +50,9 @@ def row_specs(rows: str) -> list[dict]:
     """``7B`` (all strategies + the tp 1 reference) or ``7B:btp,vanilla`` → run specs."""
     specs = []
     for item in rows.split(";"):
-        flavor, _, names = item.partition(":")
-        layout = LAYOUTS[flavor]
+        row, _, names = item.partition(":")
+        layout = LAYOUTS[row]
+        flavor = layout.get("flavor", row)
         for strategy in (names.split(",") if names else ["tp1", *STRATEGIES]):
             if strategy == "tp1":
                 specs.append({"flavor": flavor, "strategy": "tp1", "tp": 1, "pp": 1, "dp": 2})
@@ -87,6 +91,28 @@ def summarize(spec: dict, run: dict, skip: int, batch: int, real: bool = False) 
             "tokens_per_s_gpu": tps, "tflops": statistics.median(r["tflops"] for r in timed),
             "mfu_pct": statistics.median(r["mfu"] for r in timed),
             "peak_mem_gib": max(r["mem_gib"] for r in run["steps"]), "command": run["command"]}
+
+
+STAGE_COLUMNS = ["flavor", "strategy", "tp", "pp", "batch", "stage", "emulated_rank", "ok", "step_s", "vs_mean_stage",
+                 "peak_mem_gib"]
+
+
+def emulate_stages(spec: dict, batch: int, a, log_prefix: Path) -> list[dict]:
+    """Each stage of a pp layout: its first rank (``stage · tp · dp``) played inside the real 1F1B schedule
+    over ``batch`` microbatches of 1; ``step_s`` is that rank's compute per step."""
+    out = []
+    for stage in range(spec["pp"]):
+        rank = stage * spec["tp"] * spec["dp"]
+        run = run_train(CONFIG, overrides(spec, batch, a.steps, a.seq_len, real=True) + a.extra.split(),
+                        spec["tp"] * spec["dp"] * spec["pp"], Path(f"{log_prefix}_stage{stage}.log"), emulate_rank=rank)
+        row = summarize(spec, run, a.skip, batch, real=True)
+        out.append({**row, "kind": "emulated", "stage": stage, "emulated_rank": rank})
+        print_table([out[-1]], STAGE_COLUMNS[:-2])
+    times = [r["step_s"] for r in out if r.get("ok")]
+    for r in out:
+        if r.get("ok") and len(times) == len(out):
+            r["vs_mean_stage"] = r["step_s"] / statistics.mean(times)
+    return out
 
 
 def add_split_efficiency(rows: list[dict]) -> None:
@@ -163,13 +189,15 @@ def main() -> None:
     p.add_argument("--extra", default="", help='more overrides for every run, e.g. --extra="--a.b c"')
     p.add_argument("--real", action="store_true",
                    help="run the layouts for real (torchrun, NCCL, tp·pp·dp GPUs) instead of emulating rank 0")
+    p.add_argument("--stages", action="store_true",
+                   help="pp > 1 rows: also emulate each stage's first rank inside the real pipeline schedule")
     p.add_argument("--from-json", action="store_true",
                    help="no runs: recompute the derived columns and predictions from an earlier --out's JSON")
     p.add_argument("--out", default="docs/results/emulate")
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    rows, profiles, top = [], [], {}
+    rows, profiles, top, stage_rows = [], [], {}, []
     profile_file = Path(a.out + "_profile.json")  # kernel-time buckets per run (traces stay on the GPU box)
     buckets = json.loads(profile_file.read_text()) if a.from_json and profile_file.is_file() else {}
     previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
@@ -199,6 +227,8 @@ def main() -> None:
                     profiles += bucket_rows(name, buckets[name])
             rows.append(summarize(spec, run, a.skip, batch, a.real))
             print_table([rows[-1]], ["flavor", "strategy", "tp", "dp", "batch", "step_s", "tflops", "peak_mem_gib"])
+            if a.stages and spec["pp"] > 1 and not a.real:
+                stage_rows += emulate_stages(spec, batch, a, log_dir / name)
     if buckets:
         profile_file.write_text(json.dumps(buckets, indent=1))
     if top:
@@ -211,6 +241,9 @@ def main() -> None:
                  "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va"]
     link = comm_model.H200_NODE
     sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)] if fig5 else []
+    if stage_rows:
+        sections.append(("EMULATED pipeline stages: each stage's first rank inside the real schedule (its "
+                         "compute for all microbatches; neighbours cost nothing)", stage_rows, STAGE_COLUMNS))
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
     meta = env_info()
