@@ -18,7 +18,7 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
   AdamW moments) sharded over dp by FSDP2, plus a bf16 copy of the stage's weights when dp = 1 under
   TP or PP (the 1-rank mixed-precision wrapper keeps it); activations per token and layer ``(A_sh / tp + A_rep) · d``
-  bytes, with (A_sh, A_rep) fitted per strategy to the measured peaks (below), times the stage's
+  bytes, with (A_sh, A_rep) fitted per strategy to the peaks measured on one H200 (tp > 1: emulated; below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``lowrank`` keeps
   0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
   model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
@@ -28,11 +28,12 @@ Every number printed is a prediction from three parts, each stated here so it ca
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 from boost_titan.models import FLAVORS, TransformerArgs
 from boost_titan.models.args import flops_per_token, linear_params_per_layer
-from boost_titan.parallel import STRATEGIES, check_tp
+from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
 
 GiB = 2**30
 # Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 5):
@@ -109,8 +110,8 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int) -> dict:
     elif layout.ac == "lowrank":
         acts = LOWRANK_KEEP * per_layer * layers * inflight
     else:  # full: each layer's bf16 input (the stream in the strategy's layout) + one layer recomputed
-        stream = args.dim // layout.tp if layout.strategy != "vanilla" else args.dim
-        acts = 2 * stream * tokens * layers * inflight + per_layer
+        stream = math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))
+        acts = 2 * stream * layers * inflight + per_layer
     return {"params": params, "states_bytes": states, "activation_bytes": acts, "total_bytes": states + acts}
 
 
@@ -142,8 +143,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     calls = _layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq)
     mb_comm = comm_model.tp_seconds(list(calls), layout.tp, link) * (args.n_layers // layout.pp)
     if layout.pp > 1:
-        stream = args.dim // layout.tp if layout.strategy == "btp" else args.dim
-        p2p = 2 * microbatch * seq * stream // (layout.tp if layout.strategy == "fullrank" else 1)
+        p2p = 2 * math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))  # bf16
         step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, link)
     else:
         step = m * (mb_compute + mb_comm)

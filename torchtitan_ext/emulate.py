@@ -24,7 +24,6 @@ import os
 import torch
 import torch.distributed.pipelining.stage as pipelining_stage
 import torchtitan.distributed.utils as dist_utils
-from torch.distributed.tensor import Shard
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.train import Trainer
 
@@ -49,13 +48,11 @@ def stage_input(job_config, dim: int) -> torch.Tensor:
     """The meta tensor a later pipeline stage of a cola_llama model receives: the residual stream of
     one microbatch, ``[microbatch, seq, dim]`` in the compute dtype, sharded as the tp strategy's
     stream is (btp: ``Shard(-1)``, d; fullrank: ``Shard(1)``, the sequence; vanilla: replicated)."""
-    from boost_titan.parallel.plans import STRATEGIES
+    from boost_titan.parallel import stream_shape
 
     par, training = job_config.parallelism, job_config.training
-    shape = [par.pipeline_parallel_microbatch_size, training.seq_len, dim]
-    stream = STRATEGIES[job_config.boost.tp_strategy].STREAM
-    if par.tensor_parallel_degree > 1 and isinstance(stream, Shard):
-        shape[stream.dim] //= par.tensor_parallel_degree
+    shape = stream_shape(job_config.boost.tp_strategy, par.pipeline_parallel_microbatch_size, training.seq_len, dim,
+                         par.tensor_parallel_degree)
     return torch.empty(shape, dtype=TORCH_DTYPE_MAP[training.mixed_precision_param], device="meta")
 
 

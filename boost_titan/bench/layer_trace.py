@@ -14,12 +14,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost_titan.models import Transformer, TransformerArgs
 from boost_titan.models.model import Projection
-from boost_titan.parallel import STRATEGIES, apply_tp
+from boost_titan.parallel import apply_tp, stream_shape
 
 
 @contextlib.contextmanager
@@ -58,11 +57,8 @@ def one_layer(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: in
     with meta_model(strategy, args, tp, rmsnorm=rmsnorm, dtype=dtype) as model:
         if prepare is not None:
             prepare(model)
-        shape = [batch, seq, args.dim]
-        stream = STRATEGIES[strategy].STREAM
-        if isinstance(stream, Shard):
-            shape[stream.dim] //= tp
-        x = torch.empty(shape, device="meta", dtype=dtype, requires_grad=True)
+        x = torch.empty(stream_shape(strategy, batch, seq, args.dim, tp), device="meta", dtype=dtype,
+                        requires_grad=True)
         yield model.layers["0"], x, torch.empty(seq, args.head_dim, device="meta")
 
 

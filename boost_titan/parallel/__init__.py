@@ -6,7 +6,7 @@ embeddings across stages)."""
 
 from .btp import BottleneckParallel, BottleneckProjection
 from .megatron import DenseColwiseParallel, DenseColwiseProjection, DenseRowwiseParallel, DenseRowwiseProjection
-from .plans import STRATEGIES, apply_tp, check_tp, tp_plan
+from .plans import STRATEGIES, apply_tp, check_tp, stream_shape, tp_plan
 from .vanilla import VanillaLowRankParallel, VanillaLowRankProjection
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "VanillaLowRankProjection",
     "apply_tp",
     "check_tp",
+    "stream_shape",
     "tp_plan",
 ]

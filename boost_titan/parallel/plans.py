@@ -17,6 +17,7 @@ from types import ModuleType
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
 from boost_titan.models.args import TransformerArgs
@@ -24,6 +25,16 @@ from boost_titan.models.args import TransformerArgs
 from . import btp, megatron, vanilla
 
 STRATEGIES: dict[str, ModuleType] = {"btp": btp, "vanilla": vanilla, "fullrank": megatron}
+
+
+def stream_shape(strategy: str, batch: int, seq: int, dim: int, tp: int) -> list[int]:
+    """One rank's part of the residual stream ``[batch, seq, dim]`` between blocks, in the strategy's
+    ``STREAM`` layout (btp: d sharded; fullrank: the sequence; vanilla: replicated)."""
+    shape = [batch, seq, dim]
+    stream = STRATEGIES[strategy].STREAM
+    if isinstance(stream, Shard):
+        shape[stream.dim] //= tp
+    return shape
 
 
 def check_tp(strategy: str, args: TransformerArgs, tp: int) -> None:

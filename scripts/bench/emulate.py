@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 from pathlib import Path
@@ -36,6 +37,7 @@ from boost_titan.bench.common import bucket_rows, env_info, print_table, trace_b
 from boost_titan.bench.comm_volume import model_collectives
 from boost_titan.models import FLAVORS
 from boost_titan.parallel import STRATEGIES as PLANS
+from boost_titan.parallel import stream_shape
 from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
@@ -147,9 +149,8 @@ def predict(row: dict, batch: int, seq: int, buckets: dict | None) -> dict:
         return {"pred_tp_comm_s": tp_s}  # needs the --profile buckets
     optimizer_s = buckets.get("optimizer", 0.0) / 1e3
     microbatch_s = sum(buckets.values()) / 1e3 - optimizer_s
-    width = {"btp": args.dim // tp, "vanilla": args.dim, "fullrank": args.dim}[row["strategy"]]
-    tokens = seq // tp if row["strategy"] == "fullrank" else seq
-    step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, batch, pp, tokens * width * 2)
+    p2p = 2 * math.prod(stream_shape(row["strategy"], 1, seq, args.dim, tp))  # one microbatch of the stream, bf16
+    step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, batch, pp, p2p)
     return {"pred_tp_comm_s": tp_s, "pred_step_s": step + optimizer_s / pp}
 
 
