@@ -13,6 +13,8 @@ from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
 from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
 from scripts.bench import emulate
+from scripts.bench.e2e import variant
+from scripts.bench.loss_match import compare
 
 
 @pytest.mark.parametrize("steps, points, log_freq, expected", [
@@ -214,3 +216,27 @@ def test_multi_gpu_script_runs_the_real_layout_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (row,) = json.loads((tmp_path / "mg.json").read_text())["rows"]
     assert row["ok"] and row["kind"] == "measured" and row["step_s"] > 0 and row["tp"] == 2
+
+
+def test_loss_match_compare_by_hand():
+    """Last-window means and their difference, the largest step difference, and the baseline's noise
+    around its 9-step moving average (a constant curve has none)."""
+    base = [5.0] * 20
+    cand = [5.0] * 18 + [5.3, 4.9]
+    got = compare(base, cand, window=4)
+    assert got["steps"] == 20 and got["baseline_last_mean"] == 5.0
+    assert got["candidate_last_mean"] == pytest.approx((5.0 + 5.0 + 5.3 + 4.9) / 4)
+    assert got["diff_last_mean"] == pytest.approx(0.05) and got["max_step_diff"] == pytest.approx(0.3)
+    assert got["step_noise_std"] == 0.0
+    zigzag = [5.0 + (0.1 if i % 2 else -0.1) for i in range(40)]
+    assert compare(zigzag, zigzag, window=10)["step_noise_std"] == pytest.approx(0.1, rel=0.15)
+
+
+def test_e2e_variant_names_compose():
+    config, extra = variant("cola_1b_compile+flash+fp8tw+b12")
+    assert config.endswith("cola_1b_h200.toml")
+    assert extra == ["--compile.enable", "--boost.attention", "flash", "--boost.float8", "tensorwise",
+                     "--training.local_batch_size", "12"]
+    for bad in ("cola_1b_compile+bx", "no_such_base+flash"):
+        with pytest.raises(SystemExit, match="unknown"):
+            variant(bad)

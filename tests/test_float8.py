@@ -48,11 +48,6 @@ def test_linear_rowwise_is_three_rowwise_float8_gemms():
     assert 1e-3 < (y.detach().reshape(-1, 48) - exact).norm() / exact.norm() < 0.1
 
 
-def test_recipe_none_is_f_linear():
-    x, w = torch.randn(3, 8), torch.randn(5, 8)
-    assert torch.equal(float8.linear(x, w, "none"), torch.nn.functional.linear(x, w))
-
-
 @pytest.mark.parametrize("rank", [16, 0], ids=["lowrank", "dense"])
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "ungrouped"])
 def test_every_projection_gemm_is_float8(rank, grouped, monkeypatch):
@@ -149,6 +144,18 @@ def test_lowrank_checkpoint_saves_the_float8_a_gemm():
     scaled_mm = torch.ops.aten._scaled_mm.default
     assert policy(None, scaled_mm, *a_gemm) == CheckpointPolicy.MUST_SAVE
     assert policy(None, scaled_mm, *b_gemm) == CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def test_boost_section_offers_exactly_the_kernels_the_ops_know():
+    """``[boost] float8`` / ``attention`` are typed Literals (tyro lists the choices in --help) while the ops
+    keep their own tuples; they must name the same choices."""
+    from typing import get_args
+
+    from boost_titan.ops.attention import BACKENDS
+    from torchtitan_ext.job_config import Boost
+
+    assert get_args(Boost.__annotations__["float8"]) == float8.RECIPES
+    assert get_args(Boost.__annotations__["attention"]) == BACKENDS
 
 
 def test_errors_name_the_problem(monkeypatch):

@@ -36,7 +36,7 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     if problems:
         raise ValueError(problems[0])
     logger.info(f"Attention: {check_backend(boost.attention, device)}")
-    logger.info(f"Projection GEMMs: {check_float8(args.float8, args.gemm_dims(), tp, device)}")
+    logger.info(f"Projection GEMMs: {check_float8(boost.float8, args.gemm_dims(), tp, device)}")
     if boost.fused_cross_entropy:
         model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both
         logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
