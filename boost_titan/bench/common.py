@@ -107,13 +107,17 @@ def write_results(
 ) -> tuple[str, str]:
     """Write ``<out_prefix>.json`` and ``<out_prefix>.md``; returns both paths.
 
-    ``sections`` are extra (heading, rows, columns) tables placed before the full ``rows`` table;
-    ``notes`` is free markdown placed after the meta block.
+    ``sections`` are extra (heading, rows, columns) tables placed before the full ``rows`` table (in the
+    JSON under ``sections``, by heading); ``notes`` is free markdown placed after the meta block.
     """
     os.makedirs(os.path.dirname(os.path.abspath(out_prefix)), exist_ok=True)
     json_path, md_path = out_prefix + ".json", out_prefix + ".md"
+    sections = list(sections)
+    data = {"title": title, "meta": meta, "rows": rows}
+    if sections:
+        data["sections"] = {heading: list(sec_rows) for heading, sec_rows, _ in sections}
     with open(json_path, "w") as f:
-        json.dump({"title": title, "meta": meta, "rows": rows}, f, indent=1, default=str)
+        json.dump(data, f, indent=1, default=str)
     md = [f"# {title}", ""]
     md += [f"- **{k}**: `{v}`" if k == "command" else f"- **{k}**: {v}" for k, v in meta.items()]
     md.append("")
