@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from boost_titan.bench.common import bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_top_kernels
+from boost_titan.bench.common import (bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
+                                      trace_top_kernels)
 from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
 from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
@@ -104,6 +105,35 @@ def test_trace_top_kernels_and_idle_by_hand(tmp_path):
     assert [(r["kernel"], r["calls"], r["ms"]) for r in rows[:2]] == [("nvjet_sm90_gemm", 2, 4.0),
                                                                     ("triton_poi_fused_add", 1, 0.5)]
     assert rows[-1]["ms"] == pytest.approx(4.5) and rows[-1]["idle_ms"] == pytest.approx(5.5)
+
+
+def test_trace_gaps_by_hand(tmp_path):
+    # host thread: a step annotation; an aten::to whose pageable copy blocks until the GPU drains (3.01 ms),
+    # then an embedding launch; later a compiled region launches an mm late. GPU: 0-3 ms busy, idle
+    # until 3.3 (0.3 ms after the sync), busy to 3.8, idle to 4.0 (0.2 ms, no sync), a 5 us gap (ignored).
+    host = dict(ph="X", pid=1, tid=1)
+    events = [{**host, "cat": "user_annotation", "name": "ProfilerStep#5", "ts": 0, "dur": 10000},
+              {**host, "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 5, "dur": 20},
+              {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "dur": 5, "args": {"correlation": 6}},
+              {**host, "cat": "cpu_op", "name": "aten::to", "ts": 1000, "dur": 2100},
+              {**host, "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1010, "dur": 2000},
+              {**host, "cat": "cpu_op", "name": "aten::embedding", "ts": 3200, "dur": 100},
+              {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3250, "dur": 5, "args": {"correlation": 7}},
+              {**host, "cat": "cpu_op", "name": "CompiledFunction", "ts": 3900, "dur": 300},
+              {**host, "cat": "cpu_op", "name": "aten::mm", "ts": 3940, "dur": 20},
+              {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3950, "dur": 5, "args": {"correlation": 8}},
+              {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3960, "dur": 5, "args": {"correlation": 9}},
+              {"ph": "X", "cat": "kernel", "name": "multi_tensor_apply_kernel", "ts": 0, "dur": 3000, "args": {"correlation": 6}},
+              {"ph": "X", "cat": "kernel", "name": "embedding_kernel", "ts": 3300, "dur": 500, "args": {"correlation": 7}},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 4000, "dur": 100, "args": {"correlation": 8}},
+              {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add", "ts": 4105, "dur": 100, "args": {"correlation": 9}}]
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    rows = trace_gaps(trace, min_us=10)
+    assert [(r["after_sync"], r["launched_by"], r["gaps"]) for r in rows[:2]] == [
+        ("aten::to", "aten::embedding", 1), ("", "CompiledFunction > aten::mm", 1)]
+    assert rows[0]["idle_ms"] == pytest.approx(0.3) and rows[1]["idle_ms"] == pytest.approx(0.2)
+    assert rows[-1]["gaps"] == 2 and rows[-1]["idle_ms"] == pytest.approx(0.5) and rows[-1]["max_ms"] == pytest.approx(0.3)
 
 
 def test_removal_bounds_by_hand():

@@ -318,6 +318,95 @@ def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
     return rows
 
 
+# host calls that block until the GPU has caught up (pageable copies are synchronous too)
+HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+              "cudaMemcpyAsync", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH")
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+
+
+def _enclosing(events: list[dict], queries: list[tuple[float, object]]) -> dict:
+    """For each ``(time, key)`` query: the chain (outermost first) of one thread's nested host events
+    open at that time. One sweep over the events in start order with a stack (a thread's events nest)."""
+    out, stack, i = {}, [], 0
+    for t, key in sorted(queries, key=lambda q: q[0]):
+        while i < len(events) and events[i]["ts"] <= t:
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < events[i]["ts"]:
+                stack.pop()
+            stack.append(events[i])
+            i += 1
+        out[key] = [e for e in stack if e["ts"] + e.get("dur", 0) >= t]
+    return out
+
+
+def _op_label(chain: list[dict]) -> str:
+    """``outer > inner`` names of the host ops in a chain, leaving out profiler steps and CUDA calls."""
+    names = [e["name"] for e in chain if e.get("cat") in ("cpu_op", "user_annotation")
+             and not e["name"].startswith("ProfilerStep")]
+    if not names:
+        return "(no host op)"
+    return names[0] if len(names) == 1 else f"{names[0]} > {names[-1]}"
+
+
+def trace_gaps(trace_path: str | Path, min_us: float = 10.0, n: int = 12) -> list[dict]:
+    """Where the GPU waited for the host in a torch profiler trace, grouped by host cause.
+
+    A gap is an interval between two kernels (all streams merged) in which nothing ran on the GPU, of
+    at least ``min_us``. The kernel that ends it was launched by some host op (found through the
+    launch's correlation id): ``launched_by`` names the outermost and innermost ops around that launch.
+    ``after_sync`` names the host op around a blocking call (``HOST_SYNCS``) that returned during the
+    gap or just before it: the host had waited for the GPU to drain, so the gap is the host's time from
+    there to the next launch. Rows (largest idle time first, at most ``n``, then a total): gaps, idle
+    ms, the largest gap.
+    """
+    events = json.loads(Path(trace_path).read_text())
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    gpu = sorted((e for e in events if e.get("cat") in _GPU_CATS and e.get("ph") == "X"), key=lambda e: e["ts"])
+    launches, threads = {}, defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in _HOST_CATS:
+            continue
+        threads[(e.get("pid"), e.get("tid"))].append(e)
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = e
+    gaps, end = [], None
+    for e in gpu:
+        if end is not None and e["ts"] - end >= min_us:
+            gaps.append((end, e))
+        end = max(end or e["ts"], e["ts"] + e.get("dur", 0))
+    syncs = sorted((e for ev in threads.values() for e in ev
+                    if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["name"] in HOST_SYNCS),
+                   key=lambda e: e["ts"] + e.get("dur", 0))
+    queries = defaultdict(list)  # thread -> [(time, key)]
+    found = []
+    for k, (start, kernel) in enumerate(gaps):
+        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        if launch is not None:
+            queries[(launch.get("pid"), launch.get("tid"))].append((launch["ts"], ("launch", k)))
+        stop = kernel["ts"] if launch is None else min(kernel["ts"], launch["ts"])
+        sync = next((s for s in reversed(syncs) if start - 5 <= s["ts"] + s.get("dur", 0) <= stop), None)
+        if sync is not None:
+            queries[(sync.get("pid"), sync.get("tid"))].append((sync["ts"], ("sync", k)))
+        found.append((start, kernel, launch, sync))
+    chains = {}
+    for thread, qs in queries.items():
+        ordered = sorted(threads[thread], key=lambda e: (e["ts"], -e.get("dur", 0)))
+        chains.update(_enclosing(ordered, qs))
+    groups = defaultdict(lambda: [0, 0.0, 0.0])
+    for k, (start, kernel, launch, sync) in enumerate(found):
+        key = (_op_label(chains[("sync", k)]) if sync is not None else "",
+               _op_label(chains[("launch", k)]) if launch is not None else "(launch not traced)")
+        idle = (kernel["ts"] - start) / 1e3
+        groups[key][0] += 1
+        groups[key][1] += idle
+        groups[key][2] = max(groups[key][2], idle)
+    rows = [{"after_sync": s, "launched_by": l, "gaps": c, "idle_ms": ms, "max_ms": mx}
+            for (s, l), (c, ms, mx) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:n]]
+    total = sum(g[1] for g in groups.values())
+    return rows + [{"after_sync": "", "launched_by": f"ALL gaps >= {min_us:g} us", "gaps": len(found),
+                    "idle_ms": total, "max_ms": max((g[2] for g in groups.values()), default=0.0)}]
+
+
 def removal_bounds(cola: dict[str, float], dense: dict[str, float]) -> list[dict]:
     """GPU-busy ratio dense/CoLA if kinds of kernel cost nothing, from two :func:`trace_buckets` dicts.
 

@@ -23,7 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from boost_titan.bench.common import bucket_rows, env_info, print_table, removal_bounds, trace_buckets, write_results
+from boost_titan.bench.common import (bucket_rows, env_info, print_table, removal_bounds, trace_buckets, trace_gaps,
+                                      write_results)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -148,7 +149,7 @@ def main() -> None:
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    results, profiles, buckets = [], [], {}
+    results, profiles, buckets, gaps = [], [], {}, []
     names = a.variants.split(",")
     plans = {name: variant(name) for name in names}  # a bad name fails before any run
     for name in names:
@@ -171,6 +172,7 @@ def main() -> None:
             if trace.is_file():
                 buckets[name] = trace_buckets(trace)
                 profiles += bucket_rows(name, buckets[name])
+                gaps += [{"variant": name, **r} for r in trace_gaps(trace)]
             else:
                 print(f"[{name}] no profiler trace at {trace}", flush=True)
     by_name = {r["variant"]: r for r in results}
@@ -183,6 +185,12 @@ def main() -> None:
             bounds += [{"pair": f"{cola} / {full}", **r} for r in removal_bounds(buckets[cola], buckets[full])]
     cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
     sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if a.profile else []
+    if gaps:
+        sections.append(("GPU idle time of the traced step by host cause", gaps,
+                         "A gap: no kernel on any stream for >= 10 us. `launched_by`: the host ops around the launch "
+                         "of the kernel that ended it; `after_sync`: the host op whose blocking CUDA call (a "
+                         "synchronize or a pageable copy) returned during the gap, i.e. the host had waited for the "
+                         "GPU to drain and the gap is its time from there to the next launch."))
     if bounds:
         sections.append(("GPU-busy ratio full rank / CoLA if a kind of kernel cost nothing", bounds, None))
     write_results(a.out, results, env_info(), "End-to-end training throughput (torchtitan loop)", columns=cols,
@@ -195,6 +203,8 @@ def main() -> None:
                         "`+bN`: local batch N.")
     if profiles:
         print_table(profiles)
+    if gaps:
+        print_table(gaps)
     if bounds:
         print_table(bounds)
     print_table(results, cols)

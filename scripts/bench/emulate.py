@@ -33,7 +33,8 @@ import statistics
 from pathlib import Path
 
 from boost_titan.bench import comm_model
-from boost_titan.bench.common import bucket_rows, env_info, print_table, trace_buckets, trace_top_kernels, write_results
+from boost_titan.bench.common import (bucket_rows, env_info, print_table, trace_buckets, trace_gaps, trace_top_kernels,
+                                      write_results)
 from boost_titan.bench.comm_volume import model_collectives
 from boost_titan.models import FLAVORS
 from boost_titan.parallel import STRATEGIES as PLANS
@@ -198,7 +199,7 @@ def main() -> None:
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    rows, profiles, top, stage_rows = [], [], {}, []
+    rows, profiles, top, stage_rows, gaps = [], [], {}, [], []
     profile_file = Path(a.out + "_profile.json")  # kernel-time buckets per run (traces stay on the GPU box)
     buckets = json.loads(profile_file.read_text()) if a.from_json and profile_file.is_file() else {}
     previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
@@ -221,6 +222,7 @@ def main() -> None:
                 trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
                 if trace.is_file():
                     buckets[name] = trace_buckets(trace)
+                    gaps += [{"run": name, **r} for r in trace_gaps(trace)]
                     if a.top:
                         top[name] = trace_top_kernels(trace, a.top)
                         print_table(top[name])
@@ -247,6 +249,8 @@ def main() -> None:
                          "compute for all microbatches; neighbours cost nothing)", stage_rows, STAGE_COLUMNS))
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
+    if gaps:
+        sections.append(("GPU idle time of the traced step by host cause (see common.trace_gaps)", gaps, None))
     meta = env_info()
     if previous:  # the machine and versions the measurements came from
         meta = {**previous["meta"], "derived_columns_recomputed": meta["date"]}
