@@ -10,6 +10,7 @@ import torch
 from torchtitan.components.loss import build_cross_entropy_loss, cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
+from torchtitan.distributed import utils as dist_utils
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.protocols.train_spec import TrainSpec, get_train_spec, register_train_spec
 from torchtitan.tools.logging import logger
@@ -20,6 +21,7 @@ from boost_titan.models import FLAVORS, Transformer, TransformerArgs
 from boost_titan.models.flavors import Flavors
 from boost_titan.models.model import HeadInput
 from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
+from boost_titan.parallel import local_shards
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
 from .faults import NonFiniteGuard
@@ -88,10 +90,14 @@ def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallel
 
 
 def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None):
-    """torchtitan's optimizers, behind a guard against non-finite gradients (:class:`NonFiniteGuard`);
-    with a tied matrix split across pipeline stages, its mirror is refreshed after every step (see
-    :func:`pipeline_cola`)."""
+    """torchtitan's optimizers, stepping on the local shards of DTensor parameters (and the loop's
+    gradient clipping with them: :mod:`boost_titan.parallel.local_shards`), behind a guard against
+    non-finite gradients (:class:`NonFiniteGuard`); with a tied matrix split across pipeline stages,
+    its mirror is refreshed after every step (see :func:`pipeline_cola`)."""
     optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+    if all(local_shards.step_on_local_shards(opt) for opt in getattr(optimizers, "optimizers", [])):
+        logger.info("Optimizer step and gradient clipping on the local shards of the parameters")
+    _clip_on_local_shards()
     # torchtitan hands this builder only the [optimizer] section: parallelize_cola left the flag on the model
     skip = getattr(model_parts[0], "skip_nonfinite_steps", False)
     optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=skip))
@@ -99,6 +105,20 @@ def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manag
     if tied is not None:
         optimizers.register_step_post_hook(lambda *args, **kwargs: tied.copy_weight())
     return optimizers
+
+
+def _clip_on_local_shards() -> None:
+    """The loop clips through ``torchtitan.distributed.utils.clip_grad_norm_`` (looked up at each call):
+    point it at the local-shard version, which hands whatever it does not cover back to the original."""
+    original = dist_utils.clip_grad_norm_
+    if getattr(original, "on_local_shards", False):
+        return
+
+    def clip_grad_norm_(*args, **kwargs):
+        return local_shards.clip_grad_norm_(*args, fallback=original, **kwargs)
+
+    clip_grad_norm_.on_local_shards = True
+    dist_utils.clip_grad_norm_ = clip_grad_norm_
 
 
 def fused_linear_cross_entropy_loss(pred: HeadInput, labels: torch.Tensor) -> torch.Tensor:
