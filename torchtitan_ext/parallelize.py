@@ -87,11 +87,12 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # mesh. With dp_replicate > 1 the same wrapping is HSDP with shard size 1 (fp32 all-reduce).
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         # Nothing is sharded, so resharding after forward would only cast every weight again for
-        # backward: the bf16 copies are kept until backward is done. And one group for the whole model
-        # instead of one per block: FSDP's hooks around every block cost the host enough to leave the
-        # GPU waiting at tp 4 (7B btp b 4: 0.222 -> 0.196 s per step, emulate_7b_fsdp_groups.md); the
-        # price: the weight casts and the gradient reduction no longer overlap compute (7B b 1 measured
-        # slower, 0.15 s vs 0.13 s in an earlier session), and the bf16 gradients are held to the end.
+        # backward: the bf16 copies are kept until backward is done. One group for the whole model
+        # instead of one per block: FSDP's hooks around every block kept the host behind the GPU at
+        # tp 4 (with the optimizer on local shards, 7B btp b 4 went 0.222 -> 0.196 s per step,
+        # docs/results/emulate_7b_host_*.md). The price: the weight casts and the gradient reduction
+        # no longer overlap compute (7B b 1: 0.15 s vs 0.13 s in an earlier session), and the bf16
+        # gradients are held until backward ends.
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"},
                    one_group=True)
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
