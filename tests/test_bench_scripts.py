@@ -220,7 +220,21 @@ def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
     got = emulate.predict(row, 4, 4096, {"gemm": 60.0, "attention": 30.0, "optimizer": 10.0})
     p2p = 2 * emulate.comm_model.collective_seconds("p2p", 4096 * (5120 // 4) * 2, 2)
     # 4 microbatches + 2 stages - 1 = 5 slots of ((90 ms + 20 ms) / 2 + p2p), then half the optimizer
-    assert got["pred_step_s"] == pytest.approx(5 * (0.055 + p2p) + 0.005)
+    assert got["pred_step_s"] == pytest.approx(5 * (0.055 + p2p) + 0.005) and got["pred_basis"] == "GPU-bound"
+    # with both stages' ranks measured in the schedule (0.2 s and 0.32 s for 4 microbatches) they win:
+    # 5 slots of (0.32 s / 4 + 20 ms / 2 + p2p)
+    stages = [{"stage": 0, "ok": True, "step_s": 0.2}, {"stage": 1, "ok": True, "step_s": 0.32}]
+    got = emulate.predict(row, 4, 4096, {"gemm": 60.0}, stages)
+    assert got["pred_step_s"] == pytest.approx(5 * (0.08 + 0.01 + p2p)) and got["pred_basis"] == "stage ranks"
+    assert "pred_step_s" not in emulate.predict(row, 4, 4096, None, stages[:1])  # a stage missing: no basis
+    # microbatches of 2 samples in a local batch of 8: still 4 microbatches, each transfer twice the size
+    row2 = {**row, "microbatch": 2, "batch": 8}
+    p2p2 = 2 * emulate.comm_model.collective_seconds("p2p", 2 * 4096 * (5120 // 4) * 2, 2)
+    got = emulate.predict(row2, 8, 4096, {"gemm": 60.0}, stages)
+    assert got["pred_step_s"] == pytest.approx(5 * (0.08 + 0.01 + p2p2))
+    assert emulate.run_name(row2, 8) == "13B_btp_b8_mb2" and emulate.emulated_batch(row2, 8) == 2
+    with pytest.raises(ValueError, match="--microbatch 2 must divide the local batch 3"):
+        emulate.microbatches(row2, 3)
 
 
 def test_emulate_runs_on_cpu(tmp_path):

@@ -12,8 +12,8 @@ as the reference for how well a rank's work splits: ``split_eff`` is the share o
 per-GPU rate that the rank keeps (1.0 = a perfect tp-way split of the tp 1 step).
 
 A pipeline layout's row is emulated without its pipeline: the rank's compute of the whole model at
-its tp and microbatch size 1, which the model splits into pp equal stages and schedules as 1F1B over
-``--batch`` microbatches. ``--stages`` also plays each stage's first rank inside the real pipeline
+its tp and one microbatch (``--microbatch`` samples, default 1, torchtitan's default), which the model
+splits into pp equal stages and schedules as 1F1B over the batch's microbatches. ``--stages`` also plays each stage's first rank inside the real pipeline
 schedule (torchtitan_ext.emulate answers the later stages' shape exchange; torch 2.11): the stage's
 compute for all its microbatches, with no wait on its neighbours — how unequal the stages are (the
 last one holds the lm_head and the loss). Those rows form a section of their own.
@@ -21,6 +21,7 @@ last one holds the lm_head and the loss). Those rows form a section of their own
     python -m scripts.bench.emulate --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
     python -m scripts.bench.emulate --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
     python -m scripts.bench.emulate --rows 13B:btp --stages --out docs/results/emulate_13b_stages
+    python -m scripts.bench.emulate --rows 13B --batch 8 --microbatch 4 --stages --out docs/results/emulate_13b_mb4
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ BOOST_A100 = {  # BOOST Fig. 5, s per step (A100 80GB, mbz 4, seq 4096): fullran
     "3B": (1.14, 1.41, 0.78), "7B": (1.06, 1.64, 0.72), "13B": (2.07, 2.42, 1.30)}
 
 
-def row_specs(rows: str) -> list[dict]:
-    """``7B`` (all strategies + the tp 1 reference) or ``7B:btp,vanilla`` → run specs."""
+def row_specs(rows: str, microbatch: int = 1) -> list[dict]:
+    """``7B`` (all strategies + the tp 1 reference) or ``7B:btp,vanilla`` → run specs; a pipeline layout's
+    ranks compute microbatches of ``microbatch`` samples."""
     specs = []
     for item in rows.split(";"):
         row, _, names = item.partition(":")
@@ -61,20 +63,33 @@ def row_specs(rows: str) -> list[dict]:
                 specs.append({"flavor": flavor, "strategy": "tp1", "tp": 1, "pp": 1, "dp": 2})
             else:
                 specs.append({"flavor": flavor, "strategy": strategy, "tp": layout["tp"], "pp": layout["pp"],
-                              "dp": 1})
+                              "dp": 1, **({"microbatch": microbatch} if layout["pp"] > 1 else {})})
     return specs
 
 
+def run_name(spec: dict, batch: int) -> str:
+    mb = spec.get("microbatch", 1)
+    return f"{spec['flavor']}_{spec['strategy']}_b{batch}" + (f"_mb{mb}" if mb > 1 else "")
+
+
 def emulated_batch(spec: dict, batch: int) -> int:
-    return 1 if spec["pp"] > 1 else batch  # a pipeline rank computes microbatches of 1
+    return spec.get("microbatch", 1) if spec["pp"] > 1 else batch  # a pipeline rank computes microbatches
+
+
+def microbatches(spec: dict, batch: int) -> int:
+    mb = spec.get("microbatch", 1) if spec["pp"] > 1 else batch
+    if batch % mb:
+        raise ValueError(f"--microbatch {mb} must divide the local batch {batch}")
+    return batch // mb
 
 
 def overrides(spec: dict, batch: int, steps: int, seq_len: int, real: bool = False) -> list[str]:
-    """``real``: the layout itself over NCCL (its pipeline too, microbatches of 1); otherwise the
-    emulated rank (a pipeline layout without its pipeline, at microbatch 1)."""
+    """``real``: the layout itself over NCCL (its pipeline too, microbatches of ``spec['microbatch']``);
+    otherwise the emulated rank (a pipeline layout without its pipeline, at one microbatch)."""
     fullrank = spec["strategy"] == "fullrank"
     strategy = "btp" if spec["strategy"] == "tp1" else spec["strategy"]
-    pipeline = ["--parallelism.pipeline_parallel_degree", str(spec["pp"])] if real else []
+    pipeline = ["--parallelism.pipeline_parallel_degree", str(spec["pp"]),
+                "--parallelism.pipeline_parallel_microbatch_size", str(emulated_batch(spec, batch))] if real else []
     return ["--model.flavor", spec["flavor"] + ("_fullrank" if fullrank else ""), "--boost.tp_strategy", strategy,
             "--parallelism.tensor_parallel_degree", str(spec["tp"]), *pipeline,
             "--parallelism.data_parallel_shard_degree", str(spec["dp"]),
@@ -102,7 +117,7 @@ STAGE_COLUMNS = ["flavor", "strategy", "tp", "pp", "batch", "stage", "emulated_r
 
 def emulate_stages(spec: dict, batch: int, a, log_prefix: Path) -> list[dict]:
     """Each stage of a pp layout: its first rank (``stage · tp · dp``) played inside the real 1F1B schedule
-    over ``batch`` microbatches of 1; ``step_s`` is that rank's compute per step."""
+    over the batch's microbatches; ``step_s`` is that rank's compute per step."""
     out = []
     for stage in range(spec["pp"]):
         rank = stage * spec["tp"] * spec["dp"]
@@ -130,15 +145,20 @@ def add_split_efficiency(rows: list[dict]) -> None:
         r["split_eff"] = r["perfect_s"] / r["step_s"]
 
 
-def predict(row: dict, batch: int, seq: int, buckets: dict | None) -> dict:
+def predict(row: dict, batch: int, seq: int, buckets: dict | None, stages: list[dict] | None = None) -> dict:
     """PREDICTED step time of the layout: the emulated compute plus the α–β model's communication.
 
-    Without a pipeline the compute is the emulated step's wall time. A pipeline row was emulated
-    as the whole model at microbatch 1: one stage's slot is that forward + backward's GPU time
-    (traced kernels, optimizer excluded) / pp plus its TP communication / pp; 1F1B runs
-    ``batch + pp − 1`` slots, then the stage's optimizer step (the optimizer's GPU time / pp). The
-    CPU time of the emulated microbatch-1 step (launches, hooks) is left out: at tp 4 it exceeds the
-    GPU time, so a real run may be slower than this GPU-bound estimate.
+    Without a pipeline the compute is the emulated step's wall time. A pipeline row's 1F1B schedule
+    runs ``m + pp − 1`` slots (m microbatches) of its slowest stage (forward + backward of one microbatch, plus
+    that stage's TP communication, tp_s / pp), each also waiting for one activation and one gradient
+    transfer. The slot comes from, in order of preference:
+
+    - ``stages`` (``--stages``): each stage's rank played inside the real schedule; its step (all
+      microbatches, its optimizer step, host time included) / m. Basis ``stage ranks``.
+    - ``buckets`` (``--profile``) of the whole model at one microbatch: its traced GPU time, optimizer
+      excluded, / pp, then the stage's optimizer step once (optimizer GPU time / pp). Basis
+      ``GPU-bound``: the CPU time of a one-microbatch step (launches, hooks) is left out, and at tp 4 it
+      can exceed the GPU time, so a real run may be slower than this estimate.
     """
     flavor = row["flavor"] + ("_fullrank" if row["strategy"] == "fullrank" else "")
     args, tp, pp = FLAVORS[flavor], row["tp"], row["pp"]
@@ -146,21 +166,27 @@ def predict(row: dict, batch: int, seq: int, buckets: dict | None) -> dict:
     tp_s = comm_model.tp_seconds(calls, tp)
     if pp == 1:  # no data parallelism in these layouts: no FSDP traffic
         return {"pred_tp_comm_s": tp_s, "pred_step_s": comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s}
+    m = microbatches(row, batch)
+    p2p = 2 * math.prod(stream_shape(row["strategy"], emulated_batch(row, batch), seq, args.dim, tp))  # bf16
+    if stages and len(stages) == pp and all(s.get("ok") for s in stages):
+        slot = max(s["step_s"] for s in stages) / m + tp_s / pp
+        return {"pred_tp_comm_s": tp_s, "pred_basis": "stage ranks",
+                "pred_step_s": comm_model.pipeline_step_seconds(slot, m, pp, p2p)}
     if not buckets:
-        return {"pred_tp_comm_s": tp_s}  # needs the --profile buckets
+        return {"pred_tp_comm_s": tp_s}  # needs the --stages rows or the --profile buckets
     optimizer_s = buckets.get("optimizer", 0.0) / 1e3
     microbatch_s = sum(buckets.values()) / 1e3 - optimizer_s
-    p2p = 2 * math.prod(stream_shape(row["strategy"], 1, seq, args.dim, tp))  # one microbatch of the stream, bf16
-    step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, batch, pp, p2p)
-    return {"pred_tp_comm_s": tp_s, "pred_step_s": step + optimizer_s / pp}
+    step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, m, pp, p2p)
+    return {"pred_tp_comm_s": tp_s, "pred_basis": "GPU-bound", "pred_step_s": step + optimizer_s / pp}
 
 
-def add_predictions(rows: list[dict], seq: int, buckets: dict) -> list[dict]:
+def add_predictions(rows: list[dict], seq: int, buckets: dict, stage_rows: list[dict] = ()) -> list[dict]:
     """Predicted step times per layout and batch, with speed-ups and BOOST's A100 numbers beside them."""
     table = []
     for r in rows:
         if r.get("ok") and r["strategy"] != "tp1":
-            r.update(predict(r, r["batch"], seq, buckets.get(f"{r['flavor']}_{r['strategy']}_b{r['batch']}")))
+            stages = [s for s in stage_rows if (s["flavor"], s["strategy"], s["batch"]) == (r["flavor"], r["strategy"], r["batch"])]
+            r.update(predict(r, r["batch"], seq, buckets.get(run_name(r, r["batch"])), stages))
     for (flavor, batch) in dict.fromkeys((r["flavor"], r["batch"]) for r in rows):
         by = {r["strategy"]: r for r in rows if (r["flavor"], r["batch"]) == (flavor, batch) and "pred_step_s" in r}
         if not by:
@@ -168,6 +194,8 @@ def add_predictions(rows: list[dict], seq: int, buckets: dict) -> list[dict]:
         layout = LAYOUTS[flavor]
         entry = {"flavor": flavor, "layout": f"tp {layout['tp']} x pp {layout['pp']}", "batch": batch,
                  **{f"{s}_s": by[s]["pred_step_s"] for s in STRATEGIES if s in by}}
+        if layout["pp"] > 1:
+            entry["basis"] = " / ".join(sorted({by[s].get("pred_basis", "?") for s in by}))
         if "btp" in by and "fullrank" in by:
             entry["btp_vs_fullrank"] = by["fullrank"]["pred_step_s"] / by["btp"]["pred_step_s"]
         if "btp" in by and "vanilla" in by:
@@ -184,6 +212,8 @@ def main() -> None:
     p.add_argument("--rows", default="3B;7B", help='";"-separated flavors, each optionally ":strategy,..."')
     p.add_argument("--batch", default="4", help="local batch sizes, comma-separated")
     p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--microbatch", type=int, default=1,
+                   help="pipeline layouts: samples per microbatch (torchtitan's pipeline_parallel_microbatch_size)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--skip", type=int, default=5, help="warm-up steps (compilation) left out of the medians")
     p.add_argument("--profile", action="store_true", help="trace the last step and bucket its GPU time")
@@ -205,10 +235,13 @@ def main() -> None:
     previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
     if previous:
         rows = [r for r in previous["rows"] if "strategy" in r]
+        stage_rows = [r for heading, sec in previous.get("sections", {}).items() if heading.startswith("EMULATED pipeline")
+                      for r in sec]
         profiles = [row for name, b in buckets.items() for row in bucket_rows(name, b)]
     for batch in map(int, a.batch.split(",")) if previous is None else []:
-        for spec in row_specs(a.rows):
-            name = f"{spec['flavor']}_{spec['strategy']}_b{batch}"
+        for spec in row_specs(a.rows, a.microbatch):
+            microbatches(spec, batch)  # a microbatch that does not divide the batch fails before any run
+            name = run_name(spec, batch)
             dump = ROOT / "outputs" / "emulate" / name
             profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
                          str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
@@ -237,11 +270,11 @@ def main() -> None:
     if top:
         Path(a.out + "_kernels.json").write_text(json.dumps(top, indent=1))
     add_split_efficiency(rows)
-    fig5 = [] if a.real else add_predictions(rows, a.seq_len, buckets)
+    fig5 = [] if a.real else add_predictions(rows, a.seq_len, buckets, stage_rows)
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
             "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib", "pred_tp_comm_s", "pred_step_s"]
     fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
-                 "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va"]
+                 "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va", "basis"]
     link = comm_model.H200_NODE
     sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)] if fig5 else []
     if stage_rows:
@@ -258,7 +291,7 @@ def main() -> None:
         title, notes = ("BOOST's multi-GPU layouts, MEASURED over NCCL (torchrun, one node)",
                         f"MEASURED: each layout on tp·pp·dp GPUs, compiled, bf16, seq {a.seq_len}, synthetic tokens; "
                         "step_s = the step's wall time (communication included); pipelines run 1F1B with "
-                        "microbatches of 1.")
+                        "microbatches of `--microbatch` samples.")
     else:
         title = ("Per-rank compute of BOOST's multi-GPU layouts, emulated on one GPU (torchtitan fake backend: "
                  "collectives cost nothing), and predicted step times")
@@ -266,11 +299,12 @@ def main() -> None:
                  "kernels at its real shapes; no collective runs, so step_s is the rank's compute only. "
                  f"compiled, bf16, seq {a.seq_len}, synthetic tokens. perfect_s = tp 1 step / tp (same "
                  "flavor and local batch, FSDP over 2 GPUs); split_eff = perfect_s / step_s. A pp > 1 row "
-                 "is the whole model at microbatch 1 without its pipeline. PREDICTED (pred_*): TP "
+                 "is the whole model at one microbatch without its pipeline. PREDICTED (pred_*): TP "
                  f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
                  f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
-                 "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over `batch` "
-                 "microbatches of 1, GPU-bound (see predict()).")
+                 "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over the "
+                 "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, else GPU-bound "
+                 "from the traced kernels (--profile); `basis` says which (see predict()).")
     write_results(a.out, rows, meta, title, columns=cols, sections=sections, notes=notes)
     if profiles:
         print_table(profiles)
