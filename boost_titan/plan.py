@@ -36,15 +36,21 @@ from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
 
 GiB = 2**30
-# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 5):
-# CoLA tp 1 = 550, the mean of 562.3 (7B) and 536.3 (3B), FSDP over 2 (emulate_7b_b4.md, emulate_3b_13b.md);
-# tp 2 from the 3B rows, tp 4 from the 7B rows of the same files. Full rank tp 1 = 567: 7B_fullrank, tp 1,
-# dp 2, as issue 17 reports it (emulated the same way; not re-run for a results file).
+# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 8, with the
+# optimizer and clipping on local shards, emulate_fig5_s8.md): CoLA tp 1 = 551.5, the mean of 561.3 (7B) and
+# 541.7 (3B), FSDP over 2; tp 2 from the 3B rows, tp 4 from the 7B rows. Full rank tp 1 = 567: 7B_fullrank,
+# tp 1, dp 2, as issue 17 reports it (emulated the same way; not re-run for a results file).
 MEASURED_TFLOPS = {
-    "btp": {1: 550.0, 2: 414.1, 4: 425.5},
-    "vanilla": {1: 550.0, 2: 409.8, 4: 303.7},
-    "fullrank": {1: 567.0, 2: 623.4, 4: 597.1},
+    "btp": {1: 551.5, 2: 502.3, 4: 479.6},
+    "vanilla": {1: 551.5, 2: 406.2, 4: 303.6},
+    "fullrank": {1: 567.0, 2: 631.4, 4: 607.3},
 }
+# The 1-rank FSDP2 wrapper that gives TP-only / PP-only layouts mixed precision keeps a bf16 copy of the
+# weights (2 bytes per parameter) and, as one group for the whole model, reduces all gradients at the end
+# of backward: the bf16 gradients, the reduction's bf16 input and its fp32 output (2 + 2 + 4 bytes) are
+# alive together. Measured peaks of session 8 (emulate_fig5_s8.md, 3B tp 2 and 7B tp 4, all strategies)
+# agree with this within 6%.
+ONE_RANK_WRAPPER_BYTES = 2 + 8
 # Activation bytes per token and layer, in units of d: (A_sh, A_rep) with A_sh / tp + A_rep, fitted to
 # the measured peaks minus the model states (compiled, no AC, b 4 x 4096): CoLA tp 1 46.9 d (1B, 43.29 GiB,
 # e2e_kernels.md) and 49.4 d (7B, FSDP 2, 118.9 GiB, emulate_7b_b4.md), taken as 48.2; from emulate_7b_b4.md, 7B tp 4: btp 17.3 d, vanilla 39.1 d, fullrank 12.2 d (all of it
@@ -95,10 +101,10 @@ def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
 def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int) -> dict:
     """Predicted peak bytes on one rank of the fullest stage: model states and activations."""
     params = stage_params(args, layout.tp, layout.pp)
-    # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision) keeps a bf16 copy of the weights;
-    # one GPU alone uses torchtitan's autocast, which keeps none
-    keeps_copy = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
-    states = 16 * params / layout.dp + (2 * params if keeps_copy else 0)
+    # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision, ONE_RANK_WRAPPER_BYTES); one GPU
+    # alone uses torchtitan's autocast, which keeps no copies
+    wrapped = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
+    states = 16 * params / layout.dp + (ONE_RANK_WRAPPER_BYTES * params if wrapped else 0)
     microbatch = 1 if layout.pp > 1 else batch
     inflight = min(layout.pp, batch) if layout.pp > 1 else 1
     tokens = microbatch * seq

@@ -36,18 +36,19 @@ def test_memory_by_hand():
     got = plan.memory(args, layout, batch=4, seq=4096)
     params = (32 * (args.dim * 8 * 1024 + 3 * 1024 * (4096 + 11008) + 2 * 4096) + 32000 * 4096 + 4096) // 4
     assert got["params"] == params
-    assert got["states_bytes"] == 16 * params + 2 * params  # dp 1: the bf16 working copy is kept
+    # dp 1: the 1-rank wrapper's bf16 weights (2 B) and its end-of-backward gradient reduction (2 + 2 + 4 B)
+    assert got["states_bytes"] == 16 * params + (2 + 8) * params
     acts = (41.2 / 4 + 7.0) * 4096 * (4 * 4096) * 32
     assert got["activation_bytes"] == pytest.approx(acts)
-    assert got["total_bytes"] / plan.GiB == pytest.approx(45.89, rel=0.01)  # the peak this row was fitted to
+    assert got["total_bytes"] / plan.GiB == pytest.approx(51.36, rel=0.01)  # measured, emulate_fig5_s8.md
     piped = plan.memory(args, plan.Layout("btp", 4, 2, 1, "lowrank"), batch=4, seq=4096)
     assert piped["activation_bytes"] == pytest.approx(0.2 * (41.2 / 4 + 7.0) * 4096 * 4096 * 16 * 2)  # 2 in flight
 
 
-@pytest.mark.parametrize("flavor, strategy, measured_gib", [("3B", "btp", 48.30), ("3B", "vanilla", 65.91),
-                                                             ("3B_fullrank", "fullrank", 56.08)])
+@pytest.mark.parametrize("flavor, strategy, measured_gib", [("3B", "btp", 50.91), ("3B", "vanilla", 71.75),
+                                                             ("3B_fullrank", "fullrank", 71.60)])
 def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measured_gib):
-    """3B tp 2, dp 1, b 4 x 4096, compiled (emulate_3b_13b.md): not used for the constants."""
+    """3B tp 2, dp 1, b 4 x 4096, compiled (emulate_fig5_s8.md): not used for the activation constants."""
     got = plan.memory(FLAVORS[flavor], plan.Layout(strategy, 2, 1, 1, "none"), batch=4, seq=4096)
     assert got["total_bytes"] / plan.GiB == pytest.approx(measured_gib, rel=0.08)
 
