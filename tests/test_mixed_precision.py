@@ -26,7 +26,8 @@ def _job_config(*overrides: str):
     return ConfigManager().parse_args(["--job.config_file", CONFIG, *overrides])
 
 
-def _forward_dtypes(rank, world_size, layout: dict, precision: str, out):
+def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overrides: str):
+    from torch.distributed.fsdp import FSDPModule
     from torchtitan.distributed import ParallelDims
 
     from boost_titan.models import Transformer
@@ -34,7 +35,7 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out):
 
     job = _job_config("--training.mixed_precision_param", precision,
                       "--parallelism.tensor_parallel_degree", str(layout.get("tp", 1)),
-                      "--parallelism.data_parallel_shard_degree", str(layout.get("dp_shard", 1)))
+                      "--parallelism.data_parallel_shard_degree", str(layout.get("dp_shard", 1)), *overrides)
     dims = ParallelDims(dp_replicate=1, dp_shard=layout.get("dp_shard", 1), cp=1, tp=layout.get("tp", 1), pp=1,
                         ep=1, etp=1, world_size=world_size)
     dims.build_mesh()
@@ -58,10 +59,13 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out):
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
         loss.backward()
     params = list(model.parameters())
+    grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in params]  # a collective: all ranks
     if rank == 0:
         out.update(qkv_out=str(seen["qkv_out"]), logits=str(logits.dtype), loss=loss.item(),
                    param_dtypes=sorted({str(p.dtype) for p in params}),
-                   grad_dtypes=sorted({str(p.grad.dtype) for p in params}))
+                   grad_dtypes=sorted({str(p.grad.dtype) for p in params}),
+                   fsdp_groups=sum(isinstance(m, FSDPModule) for m in model.modules()),
+                   grads=grads)
 
 
 def _run(rank, world_size, layout, path):
@@ -86,3 +90,31 @@ def test_projections_compute_in_bf16_with_fp32_master_weights(layout, tmp_path):
     # same weights, same tokens: bf16 rounding moves the loss, but only by bf16's resolution
     rel = abs(bf16["loss"] - fp32["loss"]) / fp32["loss"]
     assert 1e-6 < rel < 2e-2, (fp32["loss"], bf16["loss"])
+
+
+def _groups(rank, world_size, path):
+    results = {}
+    for groups in (1, 2):
+        results[groups] = {}
+        _forward_dtypes(rank, world_size, {"tp": 2}, "bfloat16", results[groups], "--boost.one_rank_fsdp_groups",
+                        str(groups))
+    try:
+        _forward_dtypes(rank, world_size, {"tp": 2}, "bfloat16", {}, "--boost.one_rank_fsdp_groups", "3")
+    except ValueError as e:
+        results["error"] = str(e)
+    if rank == 0:
+        torch.save(results, path)
+
+
+def test_one_rank_wrapper_groups_change_the_wrapping_not_the_numbers(tmp_path):
+    """tp 2 without data parallelism: the 1-rank mixed-precision wrapper as one group (the default) or one
+    group per block (TINY has 2) gives the same bf16 loss and fp32 gradients; more groups than blocks fail."""
+    run_distributed(_groups, 2, str(tmp_path / "r.pt"))
+    res = torch.load(tmp_path / "r.pt")
+    one, two = res[1], res[2]
+    assert (one["fsdp_groups"], two["fsdp_groups"]) == (1, 3)  # the root / the root and two block groups
+    assert one["qkv_out"] == two["qkv_out"] == "torch.bfloat16" and one["grad_dtypes"] == ["torch.float32"]
+    assert one["loss"] == two["loss"]
+    for a, b in zip(one["grads"], two["grads"]):
+        assert torch.equal(a, b)
+    assert "[boost] one_rank_fsdp_groups=3 must be between 1 and the 2 blocks" in res["error"]

@@ -87,14 +87,14 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # mesh. With dp_replicate > 1 the same wrapping is HSDP with shard size 1 (fp32 all-reduce).
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         # Nothing is sharded, so resharding after forward would only cast every weight again for
-        # backward: the bf16 copies are kept until backward is done. One group for the whole model
-        # instead of one per block: FSDP's hooks around every block kept the host behind the GPU at
-        # tp 4 (with the optimizer on local shards, 7B btp b 4 went 0.222 -> 0.196 s per step,
-        # docs/results/emulate_7b_host_*.md). The price: the weight casts and the gradient reduction
-        # no longer overlap compute (7B b 1: 0.15 s vs 0.13 s in an earlier session), and the bf16
-        # gradients are held until backward ends.
+        # backward: the bf16 copies are kept until backward is done. [boost] one_rank_fsdp_groups
+        # (default 1, the whole model): FSDP's hooks around every block kept the host behind the GPU
+        # at tp 4 (with the optimizer on local shards, 7B btp b 4 went 0.222 -> 0.196 s per step,
+        # docs/results/emulate_7b_host_*.md). The price of one group: the weight casts and the gradient
+        # reduction no longer overlap compute (7B b 1: 0.15 s vs 0.13 s in an earlier session), and
+        # all bf16 gradients are held until backward ends.
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"},
-                   one_group=True)
+                   groups=boost.one_rank_fsdp_groups)
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
         drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
     elif parallel_dims.dp_replicate_enabled:
@@ -135,23 +135,36 @@ def _log_precision(job_config, mechanism: str) -> None:
 
 
 def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offload=False,
-               reshard_after_forward_policy="default", one_group: bool = False) -> None:
+               reshard_after_forward_policy="default", groups: int | None = None) -> None:
     """torchtitan's FSDP2 wrapping (embedding, each block, norm+head, root), tied-embedding aware;
-    ``one_group``: the root's group holds every parameter instead (for a mesh that shards nothing).
+    ``groups=N`` instead (for a mesh that shards nothing): N groups of consecutive blocks, the rest in
+    the root's group; N = 1: the root's group holds every parameter.
 
     A tied embedding/lm_head is one parameter, so it must live in one FSDP group: the root's; so does
     the lm_head of a model that defers it to the loss (``defer_lm_head``).
     """
-    config = {"mesh": dp_mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
+    # cast_forward_inputs off: a block's floating inputs are the stream, already in param_dtype (the
+    # embedding's weights are), and the fp32 RoPE table, which FSDP would round to bf16 for per-block
+    # groups only (so the model's numerics would depend on the wrapping; autocast keeps it fp32 too)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=False)
+    config = {"mesh": dp_mesh, "mp_policy": policy}
     if cpu_offload:
         config["offload_policy"] = CPUOffloadPolicy()
     reshard = {"always": True, "never": False, "default": not pp_enabled}.get(reshard_after_forward_policy)
     if reshard is None:
         raise ValueError(f"parallelism.fsdp_reshard_after_forward={reshard_after_forward_policy!r} is invalid")
-    if one_group:
-        fully_shard(model, **config, reshard_after_forward=reshard)
-    else:
+    if groups is None:
         _wrap_per_block(model, config, reshard, reshard_after_forward_policy == "always")
+    else:
+        blocks = list(model.layers.values())
+        if not 1 <= groups <= max(1, len(blocks)):
+            raise ValueError(f"[boost] one_rank_fsdp_groups={groups} must be between 1 and the {len(blocks)} "
+                             "blocks of this model part")
+        if groups > 1:
+            bounds = [round(i * len(blocks) / groups) for i in range(groups + 1)]
+            for start, end in zip(bounds, bounds[1:]):
+                fully_shard(blocks[start:end], **config, reshard_after_forward=reshard)
+        fully_shard(model, **config, reshard_after_forward=reshard)
     gloo = dp_mesh.device_type == "cpu"
     for module in model.modules():
         if isinstance(module, FSDPModule):
