@@ -14,10 +14,15 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, all exposed; FSDP's traffic overlapped with compute
   (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
-  batch microbatches of 1 sequence) plus one activation send each way per slot.
+  batch microbatches of 1 sequence) plus one activation send each way per slot. The slot comes from
+  the b 4 rate, so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each
+  stage's rank, measured inside the schedule, took as long for btp as for full rank (0.31 / 0.38 vs
+  0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at tp ≥ 4 are
+  optimistic.
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
-  AdamW moments) sharded over dp by FSDP2, plus a bf16 copy of the stage's weights when dp = 1 under
-  TP or PP (the 1-rank mixed-precision wrapper keeps it); activations per token and layer ``(A_sh / tp + A_rep) · d``
+  AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
+  1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
+  ``ONE_RANK_WRAPPER_BYTES``); activations per token and layer ``(A_sh / tp + A_rep) · d``
   bytes, with (A_sh, A_rep) fitted per strategy to the peaks measured on one H200 (tp > 1: emulated; below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``lowrank`` keeps
   0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
