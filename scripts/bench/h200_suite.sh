@@ -5,7 +5,8 @@
 # e2e_kernels (flash-attn-4 + fused loss, both families), attention_quality (flash vs SDPA losses, 60M, corpus),
 # e2e_float8 (torchao float8 projections, both families; needs torchao), float8_quality (bf16 vs float8 losses, 60M, corpus),
 # float8_quality_tw (the same for tensorwise), emulate_stages (13B tp 4 x pp 2: each pipeline stage's rank, torch 2.11),
-# emulate_13b_mb4 (the same with microbatches of 4 samples, BOOST's mbz, 4 per step), fsdp_groups (7B btp tp 4 at
+# emulate_13b_mb4 (the same with microbatches of 4 samples, BOOST's mbz, 4 per step), emulate_13b_balanced (btp's
+# stages with the lm_head counted as 5 blocks: 22 + 18 blocks instead of 20 + 20), fsdp_groups (7B btp tp 4 at
 # local batch 4 and 1 with the 1-rank mixed-precision wrapper as 1 or 4 FSDP groups),
 # e2e_batch (local batch 12 / 16 with flash + fused), attention_quality_1b (flash vs SDPA losses, 1B compiled, corpus), norm_kernels (quack / liger / Inductor RMSNorm), e2e_more (ablation), e2e_profile (compiled pair, traced in the loop),
 # gemm_quick (7B tp 4, b 1/4), gemm_ops (per-product formulations), clocks (throughput and SM clock under sustained load), profile_autotune, ceiling (1B vs its dense twin), quality_compiled.
@@ -30,6 +31,8 @@ for part in $parts; do
            --runs "bf16=" "fp8tw=--boost.float8 tensorwise" ;;
     emulate_stages) python -m scripts.bench.emulate --rows "13B" --batch 4 --stages --out docs/results/emulate_13b_stages ;;
     emulate_13b_mb4) python -m scripts.bench.emulate --rows "13B" --batch 16 --microbatch 4 --stages --out docs/results/emulate_13b_mb4 ;;
+    emulate_13b_balanced) python -m scripts.bench.emulate --rows "13B:btp" --batch 4 --stages --steps 12 --skip 6 \
+           --extra="--parallelism.pipeline_parallel_last_stage_less_layers 5" --out docs/results/emulate_13b_balanced ;;
     fsdp_groups) for g in 1 4; do python -m scripts.bench.emulate --rows "7B:btp" --batch 4,1 --steps 16 --skip 6 \
            --extra="--boost.one_rank_fsdp_groups $g" --out docs/results/emulate_7b_fsdp_groups$g; done ;;
     e2e_float8) python -m scripts.bench.e2e --steps 40 --skip 10 --log-freq 10 --variants \
