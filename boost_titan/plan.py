@@ -16,7 +16,7 @@ Every number printed is a prediction from three parts, each stated here so it ca
   (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
   batch microbatches of 1 sequence) plus one activation send each way per slot. The slot comes from
   the b 4 rate, so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each
-  stage's rank, measured inside the schedule, took as long for btp as for full rank (0.31 / 0.38 vs
+  stage's rank, emulated inside the schedule, took as long for btp as for full rank (0.31 / 0.38 vs
   0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at tp ≥ 4 are
   optimistic.
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two

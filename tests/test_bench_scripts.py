@@ -108,18 +108,22 @@ def test_trace_top_kernels_and_idle_by_hand(tmp_path):
 
 
 def test_trace_gaps_by_hand(tmp_path):
-    # host thread: a step annotation; an aten::to whose pageable copy blocks until the GPU drains (3.01 ms),
-    # then an embedding launch; later a compiled region launches an mm late. GPU: 0-3 ms busy, idle
+    # host thread: a step annotation; an aten::to whose copy is followed by a stream synchronize that
+    # blocks until the GPU drains (3.01 ms), then an embedding launch; later a compiled region launches
+    # an mm late, right after an asynchronous device-to-device copy (not a wait). GPU: 0-3 ms busy, idle
     # until 3.3 (0.3 ms after the sync), busy to 3.8, idle to 4.0 (0.2 ms, no sync), a 5 us gap (ignored).
     host = dict(ph="X", pid=1, tid=1)
     events = [{**host, "cat": "user_annotation", "name": "ProfilerStep#5", "ts": 0, "dur": 10000},
               {**host, "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 5, "dur": 20},
               {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "dur": 5, "args": {"correlation": 6}},
               {**host, "cat": "cpu_op", "name": "aten::to", "ts": 1000, "dur": 2100},
-              {**host, "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1010, "dur": 2000},
+              {**host, "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1005, "dur": 5},
+              {**host, "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 1010, "dur": 2000},
               {**host, "cat": "cpu_op", "name": "aten::embedding", "ts": 3200, "dur": 100},
               {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3250, "dur": 5, "args": {"correlation": 7}},
               {**host, "cat": "cpu_op", "name": "CompiledFunction", "ts": 3900, "dur": 300},
+              {**host, "cat": "cpu_op", "name": "aten::copy_", "ts": 3905, "dur": 20},
+              {**host, "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 3910, "dur": 10},
               {**host, "cat": "cpu_op", "name": "aten::mm", "ts": 3940, "dur": 20},
               {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3950, "dur": 5, "args": {"correlation": 8}},
               {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 3960, "dur": 5, "args": {"correlation": 9}},

@@ -42,7 +42,9 @@ def test_every_stage_of_a_tp2_pp2_layout_runs_on_the_fake_backend(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.with_suffix(".json").read_text())
-    (stages,) = [rows for heading, rows in data["sections"].items() if heading.startswith("EMULATED pipeline stages")]
+    from scripts.bench.emulate import STAGES_HEADING
+
+    stages = data["sections"][STAGES_HEADING]
     assert [(r["stage"], r["emulated_rank"], r["ok"]) for r in stages] == [(0, 0, True), (1, 2, True)], stages
     assert all(r["step_s"] > 0 for r in stages)
     assert data["rows"][0]["ok"]  # the pipeline-free row of the same layout still runs

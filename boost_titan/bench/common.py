@@ -318,9 +318,11 @@ def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
     return rows
 
 
-# host calls that block until the GPU has caught up (pageable copies are synchronous too)
+# host calls that block until the GPU has caught up. Not cudaMemcpyAsync: it also carries every
+# device-to-device copy, which blocks nothing; PyTorch's blocking copies (.item(), .to() without
+# non_blocking) follow it with a cudaStreamSynchronize, which is listed.
 HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-              "cudaMemcpyAsync", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH")
+              "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH")
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
@@ -373,7 +375,7 @@ def trace_gaps(trace_path: str | Path, min_us: float = 10.0, n: int = 12) -> lis
     for e in gpu:
         if end is not None and e["ts"] - end >= min_us:
             gaps.append((end, e))
-        end = max(end or e["ts"], e["ts"] + e.get("dur", 0))
+        end = e["ts"] + e.get("dur", 0) if end is None else max(end, e["ts"] + e.get("dur", 0))
     syncs = sorted((e for ev in threads.values() for e in ev
                     if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["name"] in HOST_SYNCS),
                    key=lambda e: e["ts"] + e.get("dur", 0))

@@ -77,7 +77,7 @@ def emulated_batch(spec: dict, batch: int) -> int:
 
 
 def microbatches(spec: dict, batch: int) -> int:
-    mb = spec.get("microbatch", 1) if spec["pp"] > 1 else batch
+    mb = emulated_batch(spec, batch)
     if batch % mb:
         raise ValueError(f"--microbatch {mb} must divide the local batch {batch}")
     return batch // mb
@@ -111,6 +111,8 @@ def summarize(spec: dict, run: dict, skip: int, batch: int, real: bool = False) 
             "peak_mem_gib": max(r["mem_gib"] for r in run["steps"]), "command": run["command"]}
 
 
+STAGES_HEADING = ("EMULATED pipeline stages: each stage's first rank inside the real schedule (its compute for all "
+                  "microbatches; neighbours cost nothing)")
 STAGE_COLUMNS = ["flavor", "strategy", "tp", "pp", "batch", "stage", "emulated_rank", "ok", "step_s", "vs_mean_stage",
                  "peak_mem_gib"]
 
@@ -235,8 +237,7 @@ def main() -> None:
     previous = json.loads(Path(a.out + ".json").read_text()) if a.from_json else None
     if previous:
         rows = [r for r in previous["rows"] if "strategy" in r]
-        stage_rows = [r for heading, sec in previous.get("sections", {}).items() if heading.startswith("EMULATED pipeline")
-                      for r in sec]
+        stage_rows = previous.get("sections", {}).get(STAGES_HEADING, [])
         profiles = [row for name, b in buckets.items() for row in bucket_rows(name, b)]
     for batch in map(int, a.batch.split(",")) if previous is None else []:
         for spec in row_specs(a.rows, a.microbatch):
@@ -278,8 +279,7 @@ def main() -> None:
     link = comm_model.H200_NODE
     sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)] if fig5 else []
     if stage_rows:
-        sections.append(("EMULATED pipeline stages: each stage's first rank inside the real schedule (its "
-                         "compute for all microbatches; neighbours cost nothing)", stage_rows, STAGE_COLUMNS))
+        sections.append((STAGES_HEADING, stage_rows, STAGE_COLUMNS))
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
     if gaps:
