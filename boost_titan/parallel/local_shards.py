@@ -63,13 +63,14 @@ def step_on_local_shards(optimizer: torch.optim.Optimizer) -> bool:
 
 @torch.no_grad()
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
-                    foreach: bool | None = None, pp_mesh=None, ep_enabled: bool = False, fallback=None):
+                    foreach: bool | None = None, pp_mesh=None, ep_enabled: bool = False, *, fallback):
     """torchtitan's ``dist_utils.clip_grad_norm_`` (same signature and result) on local shards.
 
     The squared L2 norm of each group of gradients sharded on the same mesh dims is summed locally and
     all-reduced over those dims (a replicated dim holds the whole value already), then over the pipeline
     stages; every local shard is scaled by ``min(1, max_norm / (norm + 1e-6))`` as torch does. Anything
-    else (other norms, expert parallelism, Partial gradients, no DTensor at all) goes to ``fallback``.
+    else (other norms, expert parallelism, Partial gradients, no DTensor at all) goes to ``fallback``,
+    the function this one stands in for (called with the same arguments).
     """
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
     grads = [p.grad for p in params if p.grad is not None]
