@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boost_titan.bench.common import (bucket, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
+from boost_titan.bench.common import (bucket, format_table, write_results, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
                                       trace_top_kernels)
 from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
@@ -138,6 +138,18 @@ def test_trace_gaps_by_hand(tmp_path):
         ("aten::to", "aten::embedding", 1), ("", "CompiledFunction > aten::mm", 1)]
     assert rows[0]["idle_ms"] == pytest.approx(0.3) and rows[1]["idle_ms"] == pytest.approx(0.2)
     assert rows[-1]["gaps"] == 2 and rows[-1]["idle_ms"] == pytest.approx(0.5) and rows[-1]["max_ms"] == pytest.approx(0.3)
+
+
+def test_write_results_sections_with_notes(tmp_path):
+    rows = [{"a": 1, "b": "x"}]
+    sections = [("Plain", [{"k": 2.5}], None), ("Noted", [{"gaps": 3, "idle_ms": 1.25}], ["gaps"], "A note.")]
+    json_path, md_path = write_results(str(tmp_path / "r"), rows, {"date": "d"}, "T", sections=sections)
+    md = Path(md_path).read_text()
+    assert "## Noted\n\nA note.\n\n| gaps |\n|------|\n|    3 |" in md  # the note under its heading, one column
+    assert "idle_ms" not in md
+    assert json.loads(Path(json_path).read_text())["sections"]["Noted"] == [{"gaps": 3, "idle_ms": 1.25}]
+    with pytest.raises(TypeError, match="columns must be a sequence"):
+        format_table(rows, "a note passed as columns")
 
 
 def test_removal_bounds_by_hand():

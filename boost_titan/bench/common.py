@@ -81,6 +81,8 @@ def _fmt(v: object) -> str:
 
 def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
     """Markdown table (pipes, aligned) of ``rows`` restricted to ``columns``."""
+    if isinstance(columns, str):  # a lone string would make one column per character
+        raise TypeError(f"format_table: columns must be a sequence of names, got the string {columns[:40]!r}")
     if not rows:
         return "(no rows)\n"
     columns = list(columns or rows[0].keys())
@@ -102,20 +104,21 @@ def write_results(
     meta: dict,
     title: str,
     columns: Sequence[str] | None = None,
-    sections: Iterable[tuple[str, Sequence[dict], Sequence[str] | None]] = (),
+    sections: Iterable[tuple] = (),
     notes: str = "",
 ) -> tuple[str, str]:
     """Write ``<out_prefix>.json`` and ``<out_prefix>.md``; returns both paths.
 
-    ``sections`` are extra (heading, rows, columns) tables placed before the full ``rows`` table (in the
-    JSON under ``sections``, by heading); ``notes`` is free markdown placed after the meta block.
+    ``sections`` are extra ``(heading, rows, columns)`` or ``(heading, rows, columns, note)`` tables placed
+    before the full ``rows`` table (in the JSON under ``sections``, by heading; a note is markdown printed
+    under its heading); ``notes`` is free markdown placed after the meta block.
     """
     os.makedirs(os.path.dirname(os.path.abspath(out_prefix)), exist_ok=True)
     json_path, md_path = out_prefix + ".json", out_prefix + ".md"
     sections = list(sections)
     data = {"title": title, "meta": meta, "rows": rows}
     if sections:
-        data["sections"] = {heading: list(sec_rows) for heading, sec_rows, _ in sections}
+        data["sections"] = {heading: list(sec_rows) for heading, sec_rows, *_ in sections}
     with open(json_path, "w") as f:
         json.dump(data, f, indent=1, default=str)
     md = [f"# {title}", ""]
@@ -123,8 +126,8 @@ def write_results(
     md.append("")
     if notes:
         md += [notes.strip(), ""]
-    for heading, sec_rows, sec_cols in sections:
-        md += [f"## {heading}", "", format_table(sec_rows, sec_cols)]
+    for heading, sec_rows, sec_cols, *sec_note in sections:
+        md += [f"## {heading}", ""] + [n.strip() + "\n" for n in sec_note] + [format_table(sec_rows, sec_cols)]
     md += ["## All rows", "", format_table(rows, columns)]
     with open(md_path, "w") as f:
         f.write("\n".join(md))

@@ -186,7 +186,7 @@ def main() -> None:
     cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
     sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if a.profile else []
     if gaps:
-        sections.append(("GPU idle time of the traced step by host cause", gaps,
+        sections.append(("GPU idle time of the traced step by host cause", gaps, None,
                          "A gap: no kernel on any stream for >= 10 us. `launched_by`: the host ops around the launch "
                          "of the kernel that ended it; `after_sync`: the host op whose blocking CUDA call (a "
                          "synchronize or a pageable copy) returned during the gap, i.e. the host had waited for the "
