@@ -104,6 +104,23 @@ def test_grouped_and_ungrouped_compute_the_same_function(args):
         torch.testing.assert_close(g1[name], g2[name], rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("args", [SMALL, SMALL.replace(n_kv_heads=2), SMALL.replace(attn_rank=0, mlp_rank=0)],
+                         ids=["mha", "gqa", "dense"])
+def test_gradients_arrive_in_their_parameters_layout(args):
+    """Autograd hands every weight a gradient with the weight's own strides, so AccumulateGrad stores it
+    without a copy (a transposed gradient costs one copy kernel per weight per step; see model._BmmNT)."""
+    model = Transformer(args)
+    model.init_weights(torch.device("cpu"))
+    incoming = {}
+    for name, p in model.named_parameters():
+        p.register_hook(lambda g, name=name: incoming.update({name: g.stride()}))
+    tokens = torch.randint(0, args.vocab_size, (2, 12))
+    F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+    bad = {n: (stride, p.stride()) for n, p in model.named_parameters()
+           if (stride := incoming[n]) != p.stride()}
+    assert len(incoming) == len(list(model.parameters())) and not bad, bad
+
+
 def test_lowrank_projection_is_b_silu_a():
     """The CoLA projection against an independent fp64 formula: y_j = B_j · SiLU(A_j · RMSNorm(x))."""
     model = Transformer(SMALL).double()
