@@ -118,3 +118,87 @@ def test_one_rank_wrapper_groups_change_the_wrapping_not_the_numbers(tmp_path):
     for a, b in zip(one["grads"], two["grads"]):
         assert torch.equal(a, b)
     assert "[boost] one_rank_fsdp_groups=3 must be between 1 and the 2 blocks" in res["error"]
+
+
+def _batched_cast(rank, world_size, path):
+    import torchtitan_ext.parallelize as parallelize
+
+    results = {}
+    for batched in (False, True):
+        results[batched] = {}
+        if not batched:  # FSDP2's own per-parameter cast
+            real, parallelize.batch_one_rank_unshard = parallelize.batch_one_rank_unshard, lambda model: 0
+        try:
+            _forward_dtypes(rank, world_size, {"tp": 2}, "bfloat16", results[batched])
+        finally:
+            if not batched:
+                parallelize.batch_one_rank_unshard = real
+    if rank == 0:
+        torch.save(results, path)
+
+
+def test_one_rank_wrapper_batched_cast_gives_fsdps_numbers(tmp_path):
+    """tp 2, no data parallelism: the 1-rank wrapper's one-foreach weight cast (one_rank_fsdp) and
+    FSDP2's per-parameter cast give bit-equal bf16 losses and fp32 gradients."""
+    run_distributed(_batched_cast, 2, str(tmp_path / "r.pt"))
+    res = torch.load(tmp_path / "r.pt")
+    stock, batched = res[False], res[True]
+    assert batched["qkv_out"] == "torch.bfloat16" and batched["grad_dtypes"] == ["torch.float32"]
+    assert stock["loss"] == batched["loss"]
+    for a, b in zip(stock["grads"], batched["grads"], strict=True):
+        assert torch.equal(a, b)
+
+
+def _plain_fsdp_steps(rank, world_size, path):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    out = {}
+    for batched in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, bias=False) for _ in range(5)])
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                      cast_forward_inputs=False)
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
+        groups = batch_one_rank_unshard(model) if batched else 0
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1)).bfloat16()
+        losses = []
+        for _ in range(3):  # the cast after each optimizer step must see the new fp32 weights
+            ops = Ops()
+            with ops:
+                y = model(x)
+            loss = y.float().pow(2).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        out[batched] = {"groups": groups, "losses": losses, "forward_ops": ops.names,
+                        "params": [p.detach().full_tensor() for p in model.parameters()]}
+    torch.save(out, path)
+
+
+def test_batched_cast_is_one_foreach_copy_and_exact(tmp_path):
+    """FSDP2 on a 1-rank mesh (plain module): the batched unshard issues one ``_foreach_copy_`` where
+    FSDP2 casts and copies each of the 5 weights, and 3 SGD steps end bit-equal."""
+    run_distributed(_plain_fsdp_steps, 1, str(tmp_path / "r.pt"))
+    res = torch.load(tmp_path / "r.pt")
+    stock, batched = res[False], res[True]
+    assert batched["groups"] == 1
+    assert stock["forward_ops"].count("copy_") == 5 and "_foreach_copy_" not in stock["forward_ops"]
+    assert batched["forward_ops"].count("_foreach_copy_") == 1 and "copy_" not in batched["forward_ops"]
+    assert stock["losses"] == batched["losses"]
+    for a, b in zip(stock["params"], batched["params"], strict=True):
+        assert torch.equal(a, b)

@@ -19,6 +19,7 @@ from boost_titan.ops.float8 import check_float8
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_on_local_shards
+from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
 
 from .logs import TORCHTITAN_AMP_OFF, drop
 
@@ -95,6 +96,10 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # all bf16 gradients are held until backward ends.
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"},
                    groups=boost.one_rank_fsdp_groups)
+        # FSDP2 casts each weight with its own two kernels on a 1-rank mesh; one foreach copy instead
+        batched = batch_one_rank_unshard(model)
+        logger.info(f"1-rank FSDP groups with the batched weight cast: {batched} of "
+                    f"{sum(isinstance(m, FSDPModule) for m in model.modules())}")
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
         drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
     elif parallel_dims.dp_replicate_enabled:
