@@ -251,6 +251,13 @@ def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
     assert emulate.run_name(row2, 8) == "13B_btp_b8_mb2" and emulate.emulated_batch(row2, 8) == 2
     with pytest.raises(ValueError, match="--microbatch 2 must divide the local batch 3"):
         emulate.microbatches(row2, 3)
+    # BOOST's Fig. 5 numbers sit beside the rows computed like BOOST's (micro-batches of 4 samples):
+    # the 7B row at local batch 4 and the 13B pipeline at microbatch 4, not at microbatch 1
+    stage_rows = [{**s, "flavor": "13B", "strategy": "btp", "batch": b} for b in (4, 16) for s in stages]
+    table = emulate.add_predictions([{**row}, {**row, "microbatch": 4, "batch": 16},
+                                     {**rows[1], "batch": 4}, {**rows[1], "batch": 1}], 4096, {}, stage_rows)
+    boost = {(t["flavor"], t["batch"]): "boost_a100" in t for t in table}
+    assert boost == {("13B", 4): False, ("13B", 16): True, ("7B", 4): True, ("7B", 1): False}
 
 
 def test_emulate_runs_on_cpu(tmp_path):
