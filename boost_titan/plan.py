@@ -1,9 +1,10 @@
 """Rank parallel layouts for a flavor on one node by PREDICTED throughput, among those that fit in memory.
 
-    python -m boost_titan.plan --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--seq 4096] [--top 12]
+    python -m boost_titan.plan --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--microbatch 1] [--seq 4096] [--top 12]
 
 A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``lowrank`` | ``full``), with
-``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4).
+``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4) and
+``--microbatch`` the pipeline layouts' microbatch (sequences; it divides the local batch).
 Every number printed is a prediction from three parts, each stated here so it can be checked:
 
 * **Compute** = the rank's model FLOPs (``flops_per_token`` × tokens / (tp · pp)) at a per-rank rate that
@@ -14,11 +15,12 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, all exposed; FSDP's traffic overlapped with compute
   (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
-  batch microbatches of 1 sequence) plus one activation send each way per slot. The slot comes from
-  the b 4 rate, so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each
-  stage's rank, emulated inside the schedule, took as long for btp as for full rank (0.31 / 0.38 vs
-  0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at tp ≥ 4 are
-  optimistic.
+  batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
+  so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
+  emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
+  0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at microbatch 1
+  and tp ≥ 4 are optimistic. At microbatch 4 (BOOST's) the stage ranks ran at the b 4 rates
+  (``emulate_13b_mb4_s9.md``: btp 0.60 / 0.62 s per 4 microbatches of 4).
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
   AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
   1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
@@ -103,15 +105,24 @@ def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
     return (args.n_layers // pp * layer + ends) // tp
 
 
-def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int) -> dict:
+def microbatch_of(layout: Layout, batch: int, microbatch: int) -> int:
+    """Sequences per forward: the pipeline microbatch under pp > 1, else the whole local batch."""
+    if layout.pp == 1:
+        return batch
+    if microbatch < 1 or batch % microbatch:
+        raise ValueError(f"microbatch={microbatch} must be a positive divisor of the local batch {batch}")
+    return microbatch
+
+
+def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbatch: int = 1) -> dict:
     """Predicted peak bytes on one rank of the fullest stage: model states and activations."""
     params = stage_params(args, layout.tp, layout.pp)
     # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision, ONE_RANK_WRAPPER_BYTES); one GPU
     # alone uses torchtitan's autocast, which keeps no copies
     wrapped = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
     states = 16 * params / layout.dp + (ONE_RANK_WRAPPER_BYTES * params if wrapped else 0)
-    microbatch = 1 if layout.pp > 1 else batch
-    inflight = min(layout.pp, batch) if layout.pp > 1 else 1
+    microbatch = microbatch_of(layout, batch, microbatch)
+    inflight = min(layout.pp, batch // microbatch) if layout.pp > 1 else 1
     tokens = microbatch * seq
     a_sh, a_rep = ACTIVATION_D[layout.strategy]
     per_layer = (a_sh / layout.tp + a_rep) * args.dim * tokens
@@ -139,7 +150,7 @@ def _layer_tp_calls(strategy: str, args: TransformerArgs, tp: int, microbatch: i
     return _CALLS[key]
 
 
-def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None) -> dict:
+def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None, microbatch: int = 1) -> dict:
     """Predicted seconds per step on one rank: compute, exposed communication, pipeline bubble."""
     from boost_titan.bench import comm_model
 
@@ -147,7 +158,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     rates = MEASURED_TFLOPS[layout.strategy]
     rate_tp = min(rates, key=lambda t: (abs(t - layout.tp), -t))  # nearest measured tp
     tflops = rates[rate_tp] * 1e12
-    microbatch = 1 if layout.pp > 1 else batch
+    microbatch = microbatch_of(layout, batch, microbatch)
     m = batch // microbatch
     mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
     mb_compute *= AC_TIME[layout.ac]
@@ -166,13 +177,15 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
 
 
-def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096) -> list[dict]:
+def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
+         microbatch: int = 1) -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
     (tokens/s per GPU: layouts with more data parallelism process more tokens per step)."""
     args = FLAVORS[flavor].replace(max_seq_len=seq)
     rows = []
     for layout in layouts(args, gpus):
-        mem, t = memory(args, layout, batch, seq), step_time(args, layout, batch, seq)
+        mem = memory(args, layout, batch, seq, microbatch)
+        t = step_time(args, layout, batch, seq, microbatch=microbatch)
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
                      "ac": layout.ac, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= HEADROOM * gpu_mem_gib * GiB, "step_s": t["step_s"],
@@ -189,13 +202,18 @@ def main(argv=None) -> None:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--gpu-mem", type=float, default=139.0, help="GiB per GPU (H200: 139 usable)")
     p.add_argument("--batch", type=int, default=4, help="local batch: sequences per data-parallel rank")
+    p.add_argument("--microbatch", type=int, default=1,
+                   help="pipeline layouts: sequences per microbatch (BOOST: 4); must divide --batch")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--out", default=None, help="also write <out>.json and <out>.md (every layout)")
     a = p.parse_args(argv)
-    rows = plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq)
+    if a.microbatch < 1 or a.batch % a.microbatch:
+        p.error(f"--microbatch {a.microbatch} must be a positive divisor of --batch {a.batch}")
+    rows = plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch)
     fitting = [r for r in rows if r["fits"]]
-    print(f"{a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, local batch {a.batch} x {a.seq}: "
+    pipe = f", pipeline microbatch {a.microbatch}" if a.microbatch > 1 else ""
+    print(f"{a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, local batch {a.batch} x {a.seq}{pipe}: "
           f"{len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.plan --help)")
     cols = ["strategy", "tp", "pp", "dp", "ac", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s", "rate"]
     rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
@@ -207,7 +225,7 @@ def main(argv=None) -> None:
 
         meta = {**env_info("cpu"), "command": shlex.join(["python", "-m", "boost_titan.plan", *(sys.argv[1:] if argv is None else argv)])}
         write_results(a.out, rounded, meta, f"PREDICTED layouts: {a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, "
-                      f"local batch {a.batch} x {a.seq}", columns=cols + ["fits"],
+                      f"local batch {a.batch} x {a.seq}{pipe}", columns=cols + ["fits"],
                       notes="Every number is a prediction; how it is made: `python -m boost_titan.plan --help`.")
     print_table([r for r in rounded if r["fits"]][:a.top], cols)
 

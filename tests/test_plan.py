@@ -75,6 +75,26 @@ def test_step_time_by_hand(monkeypatch):
     assert t8["step_s"] == pytest.approx(t8["compute_s"] + 32 * comm_model.tp_seconds(calls, 8))
 
 
+def test_pipeline_microbatch_by_hand(monkeypatch):
+    """``microbatch`` sequences per pipeline microbatch: batch / microbatch slots' worth of work, each
+    slot and each send ``microbatch`` times larger, ``min(pp, m)`` microbatches in flight; pp 1 ignores it."""
+    args = FLAVORS["13B"]
+    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {4: 400.0}})
+    calls = [comm_model.Collective("forward", "all_reduce", (4, 4096, 3840), 2)]
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda strategy, a, tp, mb, seq: calls if mb == 4 else None)
+    layout = plan.Layout("btp", 4, 2, 1, "none")
+    t = plan.step_time(args, layout, batch=16, seq=4096, microbatch=4)
+    slot = flops_per_token(args, 4096) * 4 * 4096 / 8 / 400e12 + 20 * comm_model.tp_seconds(calls, 4)
+    p2p = 2 * 4 * 4096 * (5120 // 4)  # four sequences of the d-sharded stream in bf16
+    assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p))
+    mem = plan.memory(args, layout, batch=16, seq=4096, microbatch=4)
+    assert mem["activation_bytes"] == pytest.approx((41.2 / 4 + 7.0) * 5120 * 4 * 4096 * 20 * 2)  # 2 in flight
+    assert plan.memory(args, plan.Layout("btp", 4, 1, 2, "none"), 16, 4096, microbatch=4) == \
+        plan.memory(args, plan.Layout("btp", 4, 1, 2, "none"), 16, 4096)
+    with pytest.raises(ValueError, match="microbatch=3 must be a positive divisor of the local batch 16"):
+        plan.step_time(args, layout, batch=16, seq=4096, microbatch=3)
+
+
 def test_plan_lists_fitting_layouts_first_by_throughput():
     rows = plan.plan("tiny", 4, gpu_mem_gib=139, batch=2, seq=64)
     assert rows and all(r["fits"] for r in rows)
