@@ -121,6 +121,28 @@ def test_gradients_arrive_in_their_parameters_layout(args):
     assert len(incoming) == len(list(model.parameters())) and not bad, bad
 
 
+def test_bmm_nt_under_autocast_matches_torch_bmm():
+    """torchtitan's single-device bf16 path runs the model under autocast: ``bmm_nt`` computes in bf16
+    there and hands fp32 inputs fp32 gradients, the same values as ``torch.bmm`` under autocast."""
+    from boost_titan.models.model import bmm_nt
+
+    z0 = torch.randn(3, 10, 16, generator=torch.Generator().manual_seed(0))
+    w0 = torch.randn(3, 8, 16, generator=torch.Generator().manual_seed(1))
+    g = torch.randn(3, 10, 8, generator=torch.Generator().manual_seed(2)).bfloat16()
+    results = []
+    for fn in (bmm_nt, lambda z, w: torch.bmm(z, w.transpose(1, 2))):
+        z, w = z0.clone().requires_grad_(), w0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = fn(z, w)
+        y.backward(g)
+        results.append((y, z.grad, w.grad))
+    (y, dz, dw), (y_ref, dz_ref, dw_ref) = results
+    assert y.dtype == torch.bfloat16 and dz.dtype == dw.dtype == torch.float32
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
+    torch.testing.assert_close(dz, dz_ref, rtol=1e-2, atol=1e-2)  # bf16 GEMMs, summation order may differ
+    torch.testing.assert_close(dw, dw_ref, rtol=1e-2, atol=1e-2)
+
+
 def test_lowrank_projection_is_b_silu_a():
     """The CoLA projection against an independent fp64 formula: y_j = B_j · SiLU(A_j · RMSNorm(x))."""
     model = Transformer(SMALL).double()

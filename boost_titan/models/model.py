@@ -131,6 +131,9 @@ class _BmmNT(torch.autograd.Function):
     product, which breaks AccumulateGrad's layout contract: autograd then copies every such gradient
     into the parameter's layout, one extra launch and copy per B factor per block per step (seen in
     the tp 4 traces as ``AccumulateGrad > aten::copy_``). Same GEMMs, operands transposed in place.
+    Under autocast (torchtitan's single-device bf16 path) forward's GEMM runs in the autocast dtype;
+    backward, which autocast does not reach, runs in the gradient's dtype and returns each gradient
+    in its input's dtype, as autocast's own casts would.
     """
 
     @staticmethod
@@ -141,8 +144,11 @@ class _BmmNT(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         z, w = ctx.saved_tensors
-        dz = torch.bmm(grad, w) if ctx.needs_input_grad[0] else None
-        dw = torch.bmm(grad.transpose(1, 2), z) if ctx.needs_input_grad[1] else None
+        dz = dw = None
+        if ctx.needs_input_grad[0]:
+            dz = torch.bmm(grad, w.to(grad.dtype)).to(z.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = torch.bmm(grad.transpose(1, 2), z.to(grad.dtype)).to(w.dtype)
         return dz, dw
 
 
