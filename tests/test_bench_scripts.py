@@ -214,6 +214,17 @@ def test_gemm_benchmarks_run_on_cpu_and_their_parts_add_up(tmp_path, script, arg
         assert all(r["pct_peak"] == pytest.approx(100 * r["tflops"] / r["peak_tflops"]) for r in rows)
 
 
+def test_one_rank_fsdp_host_benchmark_runs_both_unshards(tmp_path):
+    out = tmp_path / "host"
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.one_rank_fsdp_host", "--params", "6", "--steps", "2",
+                           "--warmup", "1", "--out", str(out)], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["unshard"] for r in rows] == ["FSDP2 per parameter", "one _foreach_copy_"] * 2
+    assert all(r["params"] == 6 and r["forward_ms"] > 0 and r["backward_ms"] > 0 for r in rows)
+
+
 def test_interleaved_timing_alternates_the_functions_round_by_round():
     calls = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "peak")}

@@ -1,0 +1,88 @@
+"""Host time of FSDP2 on a 1-rank mesh (the mixed-precision wrapper of tp/pp-only layouts), per step.
+
+The GPU traces of 7B btp tp 4 (docs/results/emulate_7b_gaps_s9.md) show the GPU idle while the host
+walks FSDP2's per-parameter code: the world-size-1 unshard before forward (a cast and a copy per
+parameter) and the end-of-backward reduction. This script measures that host time directly, on the
+CPU, with as many parameters as the 7B tp 4 rank has (643) but tiny ones, so that the kernels cost
+next to nothing and the wall time is the host's: FSDP's own unshard vs :mod:`boost_titan.parallel.
+one_rank_fsdp`'s one ``_foreach_copy_``. CPU kernels run inline (a GPU launch costs a few µs more per
+kernel), so these are a lower bound on the host time a GPU run pays.
+
+    python -m scripts.bench.one_rank_fsdp_host --params 643 --out docs/results/one_rank_fsdp_host_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from boost_titan.bench.common import doc_notes, env_info, print_table, write_results
+from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+
+
+class Params(nn.Module):
+    """``n`` small weights, each used once: forward is a sum of tiny matmuls (the host is what is timed)."""
+
+    def __init__(self, n: int, dim: int):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(dim, dim) / dim) for _ in range(n)])
+
+    def forward(self, x):
+        return sum((x @ w).sum() for w in self.weights)
+
+
+def time_steps(n: int, dim: int, batched: bool, steps: int, warmup: int) -> dict:
+    torch.manual_seed(0)
+    model = Params(n, dim)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
+    if batched:
+        batch_one_rank_unshard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(2, dim, dtype=torch.bfloat16)
+    fwd, bwd = [], []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        loss = model(x)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad()
+        if i >= warmup:
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+    return {"forward_ms": 1e3 * statistics.median(fwd), "backward_ms": 1e3 * statistics.median(bwd)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--params", type=int, default=643, help="parameters (7B btp tp 4: 643)")
+    p.add_argument("--dim", type=int, default=8)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--out", default="docs/results/one_rank_fsdp_host_cpu")
+    a = p.parse_args()
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())  # one process: no rendezvous
+    torch.set_num_threads(1)
+    rows = []
+    for batched in (False, True, False, True):  # alternated: drift shows up as disagreeing repeats
+        times = time_steps(a.params, a.dim, batched, a.steps, a.warmup)
+        rows.append({"unshard": "one _foreach_copy_" if batched else "FSDP2 per parameter", "params": a.params,
+                     **times})
+        print_table(rows[-1:])
+    dist.destroy_process_group()
+    write_results(a.out, rows, env_info("cpu"), "MEASURED host time of FSDP2 on a 1-rank mesh (CPU, tiny weights)",
+                  notes=doc_notes(__doc__))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
