@@ -4,9 +4,11 @@ The GPU traces of 7B btp tp 4 (docs/results/emulate_7b_gaps_s9.md) show the GPU 
 walks FSDP2's per-parameter code: the world-size-1 unshard before forward (a cast and a copy per
 parameter) and the end-of-backward reduction. This script measures that host time directly, on the
 CPU, with as many parameters as the 7B tp 4 rank has (643) but tiny ones, so that the kernels cost
-next to nothing and the wall time is the host's: FSDP's own unshard vs :mod:`boost_titan.parallel.
-one_rank_fsdp`'s one ``_foreach_copy_``. CPU kernels run inline (a GPU launch costs a few µs more per
-kernel), so these are a lower bound on the host time a GPU run pays.
+next to nothing and the wall time is the host's: FSDP's own unshard vs
+:mod:`boost_titan.parallel.one_rank_fsdp`'s one ``_foreach_copy_``, and, to size what FSDP adds at
+all, the same model without FSDP (bf16 weights trained directly: the model's own autograd host time).
+CPU kernels run inline (a GPU launch costs a few µs more per kernel), so these are a lower bound on
+the host time a GPU run pays.
 
     python -m scripts.bench.one_rank_fsdp_host --params 643 --out docs/results/one_rank_fsdp_host_cpu
 """
@@ -38,12 +40,18 @@ class Params(nn.Module):
         return sum((x @ w).sum() for w in self.weights)
 
 
-def time_steps(n: int, dim: int, batched: bool, steps: int, warmup: int) -> dict:
+def time_steps(n: int, dim: int, unshard: str, steps: int, warmup: int) -> dict:
+    """``unshard``: "fsdp" (FSDP2's own), "batched" (one foreach copy) or "none" (no FSDP: bf16 weights
+    trained directly, the model's own host time, to size what FSDP adds)."""
     torch.manual_seed(0)
     model = Params(n, dim)
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
-    fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
-    if batched:
+    if unshard == "none":
+        model.bfloat16()
+    else:
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                      cast_forward_inputs=False)
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
+    if unshard == "batched":
         batch_one_rank_unshard(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(2, dim, dtype=torch.bfloat16)
@@ -72,11 +80,11 @@ def main() -> None:
     a = p.parse_args()
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())  # one process: no rendezvous
     torch.set_num_threads(1)
+    names = {"fsdp": "FSDP2 per parameter", "batched": "one _foreach_copy_", "none": "no FSDP (bf16 weights)"}
     rows = []
-    for batched in (False, True, False, True):  # alternated: drift shows up as disagreeing repeats
-        times = time_steps(a.params, a.dim, batched, a.steps, a.warmup)
-        rows.append({"unshard": "one _foreach_copy_" if batched else "FSDP2 per parameter", "params": a.params,
-                     **times})
+    for unshard in ("fsdp", "batched", "none") * 2:  # alternated: drift shows up as disagreeing repeats
+        times = time_steps(a.params, a.dim, unshard, a.steps, a.warmup)
+        rows.append({"unshard": names[unshard], "params": a.params, **times})
         print_table(rows[-1:])
     dist.destroy_process_group()
     write_results(a.out, rows, env_info("cpu"), "MEASURED host time of FSDP2 on a 1-rank mesh (CPU, tiny weights)",
