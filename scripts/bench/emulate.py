@@ -16,12 +16,14 @@ its tp and one microbatch (``--microbatch`` samples, default 1, torchtitan's def
 splits into pp equal stages and schedules as 1F1B over the batch's microbatches. ``--stages`` also plays each stage's first rank inside the real pipeline
 schedule (torchtitan_ext.emulate answers the later stages' shape exchange; torch 2.11): the stage's
 compute for all its microbatches, with no wait on its neighbours — how unequal the stages are (the
-last one holds the lm_head and the loss). Those rows form a section of their own.
+last one holds the lm_head and the loss). Those rows form a section of their own. BOOST's Fig. 5
+numbers (A100, micro-batch 4) stand beside the predicted rows computed at that micro-batch: local
+batch 4 without a pipeline, ``--microbatch 4`` with one.
 
     python -m scripts.bench.emulate --rows "3B;7B" --batch 4 --out docs/results/emulate_fig5
     python -m scripts.bench.emulate --rows 7B:btp --profile --out docs/results/emulate_7b_btp_profile
     python -m scripts.bench.emulate --rows 13B:btp --stages --out docs/results/emulate_13b_stages
-    python -m scripts.bench.emulate --rows 13B --batch 8 --microbatch 4 --stages --out docs/results/emulate_13b_mb4
+    python -m scripts.bench.emulate --rows 13B --batch 16 --microbatch 4 --stages --out docs/results/emulate_13b_mb4
 """
 
 from __future__ import annotations
