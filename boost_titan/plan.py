@@ -19,8 +19,9 @@ Every number printed is a prediction from three parts, each stated here so it ca
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
   0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at microbatch 1
-  and tp ≥ 4 are optimistic. At microbatch 4 (BOOST's) the stage ranks ran at the b 4 rates
-  (``emulate_13b_mb4_s9.md``: btp 0.60 / 0.62 s per 4 microbatches of 4).
+  and tp ≥ 4 are optimistic. At microbatch 4 (BOOST's) the stage ranks ran faster than the b 4 rate
+  assumes (``emulate_13b_mb4_s9.md``: btp 0.60 / 0.62 s per 4 microbatches of 4, ≈ 540 TFLOP/s against
+  the 480 of the 7B rows), so those rows are conservative.
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
   AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
   1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
