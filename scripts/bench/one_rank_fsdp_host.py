@@ -3,14 +3,15 @@
 The GPU traces of 7B btp tp 4 (docs/results/emulate_7b_gaps_s9.md) show the GPU idle while the host
 walks FSDP2's per-parameter code: the world-size-1 unshard before forward (a cast and a copy per
 parameter) and the end-of-backward reduction. This script measures that host time directly, on the
-CPU, with as many parameters as the 7B tp 4 rank has (643) but tiny ones, so that the kernels cost
-next to nothing and the wall time is the host's: FSDP's own unshard vs
+CPU, with as many parameters as the 7B tp 4 rank has (322; a cast and a copy each: the trace's 643
+gaps) but tiny ones, so that the kernels cost next to nothing and the wall time is the host's:
+FSDP's own unshard vs
 :mod:`boost_titan.parallel.one_rank_fsdp`'s one ``_foreach_copy_``, and, to size what FSDP adds at
 all, the same model without FSDP (bf16 weights trained directly: the model's own autograd host time).
 CPU kernels run inline (a GPU launch costs a few µs more per kernel), so these are a lower bound on
 the host time a GPU run pays.
 
-    python -m scripts.bench.one_rank_fsdp_host --params 643 --out docs/results/one_rank_fsdp_host_cpu
+    python -m scripts.bench.one_rank_fsdp_host --params 322 --out docs/results/one_rank_fsdp_host_cpu
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def time_steps(n: int, dim: int, unshard: str, steps: int, warmup: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--params", type=int, default=643, help="parameters (7B btp tp 4: 643)")
+    p.add_argument("--params", type=int, default=322, help="parameters (7B btp tp 4: 322)")
     p.add_argument("--dim", type=int, default=8)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
