@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from boost_titan.bench.common import (bucket, format_table, write_results, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
-                                      trace_top_kernels)
+from boost_titan.bench.common import (bucket, format_table, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
+                                      trace_top_kernels, write_results)
 from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
 from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
