@@ -87,9 +87,11 @@ def _compiled_tp_worker(rank, world_size):
         return [node for node in graphs[phase].graph.nodes if node.target is op]
 
     # one graph for both blocks. btp online: the 4 bottleneck all-reduces forward, the 4 B-input
-    # all-reduces backward and no replayed one ...
+    # all-reduces backward (each inside the B GEMMs' backward op, ops/gemm.py) and no replayed one ...
     all_reduce = torch.ops._c10d_functional.all_reduce.default
-    assert (len(nodes("forward", all_reduce)), len(nodes("backward", all_reduce))) == (4, 4)
+    synced_backward = torch.ops.boost_titan.matmul_nt_backward_synced.default
+    assert len(nodes("forward", all_reduce)) == 4
+    assert (len(nodes("backward", all_reduce)), len(nodes("backward", synced_backward))) == (0, 4)
     # ... although the backward does recompute the block: the attention runs again there, replaying
     # its forward RNG state (the case that failed with DTensor parameters in the compiled region)
     replayed = [node.args[1] for node in nodes("backward", torch.ops.higher_order.run_with_rng_state)]

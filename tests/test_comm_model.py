@@ -27,6 +27,34 @@ def test_tp_seconds_sums_every_collective():
     assert comm_model.tp_seconds(calls, 2, LINK) == pytest.approx(expected)
 
 
+def test_tp_seconds_hides_what_the_gemms_in_flight_cover():
+    t = 10e-6 + 2 * 1 / 2 * 8e6 / 100e9  # the all-reduce of 8 MB alone: 90 µs
+    partly = Collective("backward", "all_reduce", (4, 10**6), 2, overlap_flops=int(4e10))  # 40 µs at 1 PFLOP/s
+    assert comm_model.tp_seconds([partly], 2, LINK, overlap_rate=1e15) == pytest.approx(t - 40e-6)
+    fully = Collective("backward", "all_reduce", (4, 10**6), 2, overlap_flops=int(1e12))
+    assert comm_model.tp_seconds([fully], 2, LINK, overlap_rate=1e15) == 0.0
+    assert comm_model.tp_seconds([fully], 2, LINK, overlap_rate=0) == pytest.approx(t)
+
+
+def test_backward_collectives_are_issued_before_the_weight_gradient_gemm():
+    """The recorder reads, from the real code's order, which GEMMs run while each collective is in
+    flight: per 7B tp 4 layer at b 1 × 256, btp's four backward all-reduces each overlap their B
+    factors' dW GEMM (2·tokens·r·d_out/t per factor), full rank's two reduce-scatters the
+    column-parallel dW GEMMs; forward collectives overlap nothing."""
+    from boost_titan.bench.comm_volume import layer_collectives
+
+    T, tp = 256, 4
+    args, dense = FLAVORS["7B"], FLAVORS["7B_fullrank"]
+    d, r, f = args.dim, args.attn_rank, args.ffn_dim
+    btp = [c for c in layer_collectives("btp", args, tp, 1, T) if c.phase == "backward"]
+    assert [c.overlap_flops for c in btp] == [2 * T * r * d // tp, 2 * T * r * 2 * f // tp,  # down, gate|up
+                                              2 * T * r * d // tp, 2 * T * r * 3 * d // tp]  # o, q|k|v
+    fr = layer_collectives("fullrank", dense, tp, 1, T)
+    assert all(c.overlap_flops == 0 for c in fr if c.phase == "forward")
+    hidden = sorted(c.overlap_flops for c in fr if c.kind == "reduce_scatter" and c.phase == "backward")
+    assert hidden == [2 * T * d * 3 * d // tp, 2 * T * d * 2 * dense.ffn_dim // tp]
+
+
 def test_fsdp_seconds_by_hand():
     # 1e9 parameters, dp 4: two bf16 all-gathers (2 GB each) and one fp32 reduce-scatter (4 GB), 3/4 of each
     # over 100 GB/s, plus α per unit and collective (3 collectives × 5 units)

@@ -108,7 +108,7 @@ def test_grouped_and_ungrouped_compute_the_same_function(args):
                          ids=["mha", "gqa", "dense"])
 def test_gradients_arrive_in_their_parameters_layout(args):
     """Autograd hands every weight a gradient with the weight's own strides, so AccumulateGrad stores it
-    without a copy (a transposed gradient costs one copy kernel per weight per step; see model._BmmNT)."""
+    without a copy (a transposed gradient costs one copy kernel per weight per step; see ops/gemm.py)."""
     model = Transformer(args)
     model.init_weights(torch.device("cpu"))
     incoming = {}
@@ -121,16 +121,16 @@ def test_gradients_arrive_in_their_parameters_layout(args):
     assert len(incoming) == len(list(model.parameters())) and not bad, bad
 
 
-def test_bmm_nt_under_autocast_matches_torch_bmm():
-    """torchtitan's single-device bf16 path runs the model under autocast: ``bmm_nt`` computes in bf16
+def test_matmul_nt_under_autocast_matches_torch_bmm():
+    """torchtitan's single-device bf16 path runs the model under autocast: ``matmul_nt`` computes in bf16
     there and hands fp32 inputs fp32 gradients, the same values as ``torch.bmm`` under autocast."""
-    from boost_titan.models.model import bmm_nt
+    from boost_titan.ops.gemm import matmul_nt
 
     z0 = torch.randn(3, 10, 16, generator=torch.Generator().manual_seed(0))
     w0 = torch.randn(3, 8, 16, generator=torch.Generator().manual_seed(1))
     g = torch.randn(3, 10, 8, generator=torch.Generator().manual_seed(2)).bfloat16()
     results = []
-    for fn in (bmm_nt, lambda z, w: torch.bmm(z, w.transpose(1, 2))):
+    for fn in (matmul_nt, lambda z, w: torch.bmm(z, w.transpose(1, 2))):
         z, w = z0.clone().requires_grad_(), w0.clone().requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = fn(z, w)

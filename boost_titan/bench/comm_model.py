@@ -21,8 +21,14 @@ the peak bus bandwidth, so it is optimistic there.
 
 Which time is exposed (on the critical path of the step):
 
-* TP collectives of btp, vanilla and Megatron+SP: all of them (each is waited for by the very next
-  kernel; nothing overlaps them in this implementation).
+* TP collectives of btp, vanilla and Megatron+SP: all of them, except what the GEMMs issued while
+  a collective is in flight can hide. Every strategy's backward issues the collective of a GEMM
+  input's gradient (btp: the bottleneck all-reduce; vanilla: the A input's all-reduce; Megatron:
+  the column-parallel input's reduce-scatter) before that GEMM's weight-gradient GEMM and waits after
+  it (``boost_titan.ops.gemm``); the recorder counts those GEMM FLOPs per collective
+  (``Collective.overlap_flops``, from the code's real order). Hidden: ``min(t_collective, flops /
+  OVERLAP_GEMM_FLOPS)``, an ideal overlap (NCCL's kernels take SMs from the GEMM on a real node, so
+  this is a lower bound on the exposed time). Forward collectives are waited for by the next kernel.
 * FSDP2's all-gathers and reduce-scatters: prefetched and overlapped with compute; only what exceeds
   the step's compute is exposed.
 * Pipeline parallelism (1F1B, ``m`` microbatches, ``p`` stages): the step takes ``m + p − 1`` stage
@@ -45,6 +51,10 @@ class Interconnect:
 
 H200_NODE = Interconnect()
 
+# The rate of the weight-gradient GEMMs that run beside a backward collective: 7B tp 4's dW GEMMs ran
+# at 600–620 TFLOP/s on the H200 at b 1 (docs/results/gemm_ops_7b_tp4.md, `model` rows), measured alone.
+OVERLAP_GEMM_FLOPS = 600e12
+
 
 def full_bytes(c: Collective) -> int:
     n = c.itemsize
@@ -62,9 +72,14 @@ def collective_seconds(kind: str, nbytes: float, ranks: int, link: Interconnect 
     return link.alpha_s + factor * nbytes / link.bus_bw
 
 
-def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE) -> float:
-    """Exposed TP communication of one step: every collective, one after another."""
-    return sum(collective_seconds(c.kind, full_bytes(c), tp, link) for c in calls)
+def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE,
+               overlap_rate: float = OVERLAP_GEMM_FLOPS) -> float:
+    """Exposed TP communication of one step: every collective, one after another, less what the GEMMs
+    in flight beside it hide (``overlap_rate`` 0: nothing hidden)."""
+    def exposed(c: Collective) -> float:
+        t = collective_seconds(c.kind, full_bytes(c), tp, link)
+        return t - min(t, c.overlap_flops / overlap_rate) if overlap_rate else t
+    return sum(exposed(c) for c in calls)
 
 
 def fsdp_seconds(local_params: int, dp: int, link: Interconnect = H200_NODE, groups: int = 1,

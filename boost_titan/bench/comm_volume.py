@@ -24,10 +24,22 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from boost_titan.bench.common import env_info, print_table, write_results
 from boost_titan.bench.layer_trace import meta_model, one_layer
 from boost_titan.models import FLAVORS, TransformerArgs
+from boost_titan.ops import gemm
 
 _C10D = torch.ops._c10d_functional
-_KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_gather_into_tensor.default: "all_gather",
+_KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_reduce_.default: "all_reduce",
+          _C10D.all_gather_into_tensor.default: "all_gather",
           _C10D.reduce_scatter_tensor.default: "reduce_scatter"}
+_ATEN = torch.ops.aten
+_SYNCED_BACKWARD = torch.ops.boost_titan.matmul_nt_backward_synced.default
+
+
+def gemm_flops(func, args) -> int:
+    """FLOPs of a dispatched matmul (mm, bmm, addmm), else 0."""
+    if func in (_ATEN.mm.default, _ATEN.bmm.default, _ATEN.addmm.default, _ATEN.baddbmm.default):
+        a, b = args[-2], args[-1]
+        return 2 * a.numel() * b.shape[-1]
+    return 0
 MiB = 2**20
 
 
@@ -37,6 +49,7 @@ class Collective:
     kind: str
     shape: tuple[int, ...]  # the full tensor: all-reduce input, all-gather output, reduce-scatter input
     itemsize: int
+    overlap_flops: int = 0  # GEMM FLOPs issued while it was in flight (between issue and wait)
 
     @property
     def payload_bytes(self) -> float:
@@ -47,20 +60,35 @@ class Collective:
 
 
 class CollectiveRecorder(TorchDispatchMode):
-    """Records functional collectives; ``phase`` is set by the caller around forward / backward."""
+    """Records functional collectives; ``phase`` is set by the caller around forward / backward.
+
+    A functional collective is issued by its op and waited for by ``wait_tensor`` on its output; the
+    GEMMs dispatched in between are what it can overlap (``Collective.overlap_flops``), read from the
+    code's real order rather than assumed."""
 
     def __init__(self, world_size: int):
         super().__init__()
         self.world_size, self.phase, self.calls = world_size, "forward", []
+        self._in_flight: dict[int, tuple[torch.Tensor, Collective]] = {}  # id(output) -> (output, record)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _SYNCED_BACKWARD:  # opaque to compilers; here its ops run under this mode, to be seen
+            with self:
+                return gemm.synced_backward(*args[:3], tuple(args[3:]))
+        out = func(*args, **(kwargs or {}))
         kind = _KINDS.get(func)
         if kind is not None:
             shape = tuple(args[0].shape)
             if kind == "all_gather":
                 shape = (shape[0] * self.world_size, *shape[1:])  # gathered along dim 0 by funcol
             self.calls.append(Collective(self.phase, kind, shape, args[0].element_size()))
-        return func(*args, **(kwargs or {}))
+            self._in_flight[id(out)] = (out, self.calls[-1])
+        elif func is _C10D.wait_tensor.default:
+            self._in_flight.pop(id(args[0]), None)
+        elif flops := gemm_flops(func, args):
+            for _, call in self._in_flight.values():
+                call.overlap_flops += flops
+        return out
 
 
 def layer_collectives(strategy: str, args: TransformerArgs, tp: int, batch: int, seq: int, *,

@@ -18,8 +18,10 @@ from torch import nn
 
 from torchtitan.protocols.model import ModelProtocol
 
+from boost_titan.ops import comm
 from boost_titan.ops.attention import attention
 from boost_titan.ops.float8 import linear
+from boost_titan.ops.gemm import matmul_nt
 from boost_titan.ops.precision import upcast
 from boost_titan.ops.rmsnorm import rms_norm
 
@@ -92,75 +94,64 @@ class Projection(nn.Module):
             return self.dense(x, b_ws)
         return self.up([F.silu(h) for h in self.down(x, self.a.weight)], b_ws)
 
-    def dense(self, x: torch.Tensor, ws: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [y for w in ws for y in x_times(x, w, self.grouped, self.float8)]
+    # ``sync`` (tensor parallelism, boost_titan.parallel): the collective that makes the input whole
+    # (comm.copy_sync / gather_sync). Where one GEMM reads that input, the GEMM applies it, so its
+    # backward overlaps the weight gradient (ops/gemm.py); elsewhere it runs on its own (comm.synced).
+    def dense(self, x: torch.Tensor, ws: list[torch.Tensor], sync: comm.Sync | None = None) -> list[torch.Tensor]:
+        if sync is not None and len(ws) > 1:  # q and k|v (GQA) both read x: one collective
+            x, sync = comm.synced(x, sync), None
+        return [y for w in ws for y in x_times(x, w, self.grouped, self.float8, sync)]
 
-    def down(self, x: torch.Tensor, a_w: torch.Tensor) -> list[torch.Tensor]:
+    def down(self, x: torch.Tensor, a_w: torch.Tensor, sync: comm.Sync | None = None) -> list[torch.Tensor]:
         """Pre-activations of the A factors: one ``[..., c·r]`` tensor if grouped, else c ``[..., r]``."""
         if self.grouped:
-            return [linear(x, a_w.flatten(0, 1), self.float8)]
-        return [linear(x, a_w[j], self.float8) for j in range(a_w.shape[0])]
+            return [gemm(x, a_w.flatten(0, 1), self.float8, sync)]
+        return x_times(x, a_w, False, self.float8, sync)
 
-    def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor]) -> list[torch.Tensor]:
-        """B factors on the activations from :meth:`down`; each run of B's is one batched GEMM."""
-        r = b_ws[0].shape[-1]
-        if self.grouped:  # zs = [one [..., c·r] tensor]: each run of B's reads a strided view of it
-            (z,) = zs
-            lead, out, i = z.shape[:-1], [], 0
-            z = z.reshape(-1, z.shape[-1])
-            for w in b_ws:
-                c = w.shape[0]
-                zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
-                if self.float8 != "none":  # one float8 GEMM per factor on the same views
-                    out += [linear(zc[j], w[j], self.float8).view(*lead, -1) for j in range(c)]
-                else:
-                    y = bmm_nt(zc, w)  # [c, m, d_out]: each output contiguous
-                    # unbind, not y[j]: its backward is one stack (each gradient written once), where
-                    # c selects backward into c zero-filled buffers that compiled code sums elementwise
-                    out += [t.view(*lead, -1) for t in y.unbind(0)]
-                i += c
-            return out
-        ws = [w[j] for w in b_ws for j in range(w.shape[0])]
-        return [linear(t, w, self.float8) for t, w in zip(zs, ws)]
+    def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor], sync: comm.Sync | None = None) -> list[torch.Tensor]:
+        """B factors on the activations from :meth:`down`; each run of B's is one batched GEMM.
 
-
-class _BmmNT(torch.autograd.Function):
-    """``bmm(z, wᵀ)`` whose weight gradient comes out in the weight's own ``[c, d_out, d_in]`` layout.
-
-    ``torch.bmm(z, w.transpose(1, 2))`` differentiates to the transpose of a ``[c, d_in, d_out]``
-    product, which breaks AccumulateGrad's layout contract: autograd then copies every such gradient
-    into the parameter's layout, one extra launch and copy per B factor per block per step (seen in
-    the tp 4 traces as ``AccumulateGrad > aten::copy_``). Same GEMMs, operands transposed in place.
-    Under autocast (torchtitan's single-device bf16 path) forward's GEMM runs in the autocast dtype;
-    backward, which autocast does not reach, runs in the gradient's dtype and returns each gradient
-    in its input's dtype, as autocast's own casts would.
-    """
-
-    @staticmethod
-    def forward(ctx, z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(z, w)
-        return torch.bmm(z, w.transpose(1, 2))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        z, w = ctx.saved_tensors
-        dz = dw = None
-        if ctx.needs_input_grad[0]:
-            dz = torch.bmm(grad, w.to(grad.dtype)).to(z.dtype)
-        if ctx.needs_input_grad[1]:
-            dw = torch.bmm(grad.transpose(1, 2), z.to(grad.dtype)).to(w.dtype)
-        return dz, dw
+        ``sync`` applies to every activation. Grouped, each run of B factors syncs its own slice of z
+        (GQA's q and k|v: two all-reduces, together the size of one)."""
+        if not self.grouped:
+            ws = [w[j] for w in b_ws for j in range(w.shape[0])]
+            return [gemm(t, w, self.float8, sync) for t, w in zip(zs, ws)]
+        (z,) = zs  # one [..., c·r] tensor: each run of B's reads a strided view of it
+        batched = self.float8 == "none"  # float8 has no batched GEMM: one GEMM per factor on the same views
+        if sync is not None and not batched:
+            z, sync = comm.synced(z, sync), None
+        r, lead, out, i = b_ws[0].shape[-1], z.shape[:-1], [], 0
+        z = z.reshape(-1, z.shape[-1])
+        for w in b_ws:
+            c = w.shape[0]
+            zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
+            if batched:
+                y = matmul_nt(zc, w, sync)  # [c, m, d_out]: each output contiguous
+                # unbind, not y[j]: its backward is one stack (each gradient written once), where
+                # c selects backward into c zero-filled buffers that compiled code sums elementwise
+                out += [t.view(*lead, -1) for t in y.unbind(0)]
+            else:
+                out += [linear(zc[j], w[j], self.float8).view(*lead, -1) for j in range(c)]
+            i += c
+        return out
 
 
-def bmm_nt(z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``[c, m, k] × [c, n, k] → [c, m, n]``: c GEMMs ``z_j w_jᵀ`` (see :class:`_BmmNT`)."""
-    return _BmmNT.apply(z, w)
+def gemm(x: torch.Tensor, w: torch.Tensor, float8: str = "none", sync: comm.Sync | None = None) -> torch.Tensor:
+    """``x wᵀ`` for ``w [d_out, d_in]``, with the input's ``sync`` fused in (float8: run before it)."""
+    if sync is None:
+        return linear(x, w, float8)
+    if float8 == "none":
+        return matmul_nt(x, w, sync)
+    return linear(comm.synced(x, sync), w, float8)
 
 
-def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool, float8: str = "none") -> list[torch.Tensor]:
+def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool, float8: str = "none",
+            sync: comm.Sync | None = None) -> list[torch.Tensor]:
     """``[x W_1ᵀ, …, x W_cᵀ]`` for a stacked ``w [c, d_out, d_in]``: one GEMM if grouped."""
     if grouped:
-        return list(linear(x, w.flatten(0, 1), float8).split(w.shape[1], dim=-1))
+        return list(gemm(x, w.flatten(0, 1), float8, sync).split(w.shape[1], dim=-1))
+    if sync is not None:  # c GEMMs read x: one collective
+        x = comm.synced(x, sync)
     return [linear(x, w[j], float8) for j in range(w.shape[0])]
 
 

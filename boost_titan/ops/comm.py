@@ -16,6 +16,12 @@ function               forward                   backward
 ``reduce`` is for partial sums consumed identically on every rank; ``copy`` for a replicated tensor
 that feeds rank-local (sharded) computation; ``sum_partials`` for partial sums whose consumers are
 rank-local (so the gradient is partial too: a norm statistic over a sharded dim).
+
+``copy`` and ``gather`` usually feed one GEMM. A :data:`Sync` (``copy_sync`` / ``gather_sync``) names
+that collective so the GEMM can apply it itself (``boost_titan.ops.gemm.matmul_nt``): forward the same,
+backward issued between the input- and the weight-gradient GEMM and waited for after it, so the
+collective overlaps the weight gradient. :func:`synced` applies a Sync the plain way, for GEMMs that
+cannot (float8, several consumers).
 """
 
 from __future__ import annotations
@@ -104,11 +110,53 @@ class _AlongDim(torch.autograd.Function):
         return dx, None, None, None
 
 
+# ---- a GEMM input's collective, applied by the GEMM (forward, then backward in two halves) -------
+Sync = tuple  # (kind: "copy" | "gather", dim, process-group name, size): plain values, see _group
+
+
+def copy_sync(mesh: DeviceMesh) -> Sync:
+    """Forward identity, backward all-reduce (``copy``)."""
+    return ("copy", 0, *_group(mesh))
+
+
+def gather_sync(dim: int, mesh: DeviceMesh) -> Sync:
+    """Forward all-gather along ``dim``, backward reduce-scatter along it (``gather``)."""
+    return ("gather", dim, *_group(mesh))
+
+
+def sync_forward(x: torch.Tensor, sync: Sync) -> torch.Tensor:
+    kind, dim, *group = sync
+    return x if kind == "copy" else _all_gather(x, dim % x.dim(), group)
+
+
+def sync_backward_start(g: torch.Tensor, sync: Sync) -> torch.Tensor:
+    """Issue the backward collective of ``sync`` on ``g``, a fresh gradient it may overwrite (the
+    all-reduce sums in place: the out-of-place op would copy it first); the result is valid after
+    :func:`sync_backward_finish`."""
+    kind, dim, name, size = sync
+    if kind == "copy":
+        return _ops.all_reduce_(g.contiguous(), "sum", name)
+    dim %= g.dim()
+    if dim != 0:
+        g = torch.cat(g.chunk(size, dim=dim), dim=0)
+    return _ops.reduce_scatter_tensor(g.contiguous(), "sum", size, name)
+
+
+def sync_backward_finish(pending: torch.Tensor) -> torch.Tensor:
+    return _ops.wait_tensor(pending)
+
+
+def synced(x: torch.Tensor, sync: Sync) -> torch.Tensor:
+    """``sync`` as its own differentiable step (``copy`` or ``gather``): nothing overlaps its backward."""
+    kind, dim, *group = sync
+    return copy(x, tuple(group)) if kind == "copy" else gather(x, dim, tuple(group))
+
+
 def reduce(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     return _Reduce.apply(x, _group(mesh))
 
 
-def copy(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+def copy(x: torch.Tensor, mesh: DeviceMesh | tuple[str, int]) -> torch.Tensor:
     return _Copy.apply(x, _group(mesh))
 
 
@@ -116,7 +164,7 @@ def sum_partials(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     return _SumPartials.apply(x, _group(mesh))
 
 
-def gather(x: torch.Tensor, dim: int, mesh: DeviceMesh) -> torch.Tensor:
+def gather(x: torch.Tensor, dim: int, mesh: DeviceMesh | tuple[str, int]) -> torch.Tensor:
     return _AlongDim.apply(x, dim % x.dim(), _group(mesh), True)
 
 

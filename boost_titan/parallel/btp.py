@@ -53,8 +53,9 @@ class BottleneckProjection(ShardedProjection):
         else:
             y = sync_rms_norm(x, self.local_norm_weight(), self.norm.eps, d_in, mesh)
             h = [comm.reduce(p, mesh) for p in self.down(y, a_w)]
-        # σ runs redundantly on every rank; `copy` all-reduces the B factors' input gradient.
-        return self.up([comm.copy(F.silu(t), mesh) for t in h], b_ws)
+        # σ runs redundantly on every rank; the B factors' input gradient is all-reduced (copy), the
+        # collective overlapping their weight-gradient GEMM.
+        return self.up([F.silu(t) for t in h], b_ws, comm.copy_sync(mesh))
 
 
 class BottleneckParallel(ProjectionParallel):

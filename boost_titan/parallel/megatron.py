@@ -40,11 +40,10 @@ class DenseColwiseProjection(ShardedProjection):
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         _, ws = self.local_weights()
         x = self.replicated_norm(x, self.sequence_dim is not None)  # full d per token: exact
-        if self.sequence_dim is None:
-            x = comm.copy(x, self.tp_mesh)
-        else:
-            x = comm.gather(x, self.sequence_dim, self.tp_mesh)
-        return self.dense(x, ws)
+        # all-gather (SP) or copy; the backward reduce-scatter / all-reduce overlaps the dW GEMM
+        sync = (comm.copy_sync(self.tp_mesh) if self.sequence_dim is None
+                else comm.gather_sync(self.sequence_dim, self.tp_mesh))
+        return self.dense(x, ws, sync)
 
 
 class DenseRowwiseProjection(ShardedProjection):

@@ -38,8 +38,8 @@ class VanillaLowRankProjection(ShardedProjection):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         a_w, b_ws = self.local_weights()
-        x = comm.copy(self.replicated_norm(x), self.tp_mesh)
-        zs = [F.silu(h) for h in self.down(x, a_w)]
+        # the A GEMM's input gradient is all-reduced (copy), overlapping its weight-gradient GEMM
+        zs = [F.silu(h) for h in self.down(self.replicated_norm(x), a_w, comm.copy_sync(self.tp_mesh))]
         return [comm.reduce(y, self.tp_mesh) for y in self.up(zs, b_ws)]
 
 
