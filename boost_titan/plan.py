@@ -13,7 +13,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
   Activation checkpointing multiplies the compute time: ``lowrank`` by 1.21 (measured at 1B: 85K →
   70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more forward).
 * **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
-  counted from the real model on the meta device, all exposed; FSDP's traffic overlapped with compute
+  counted from the real model on the meta device, exposed except what the weight-gradient GEMMs in
+  flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic overlapped with compute
   (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
   batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,

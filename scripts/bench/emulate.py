@@ -304,7 +304,9 @@ def main() -> None:
                  "is the whole model at one microbatch without its pipeline. PREDICTED (pred_*): TP "
                  f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
                  f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
-                 "boost_titan/bench/comm_model.py for the sources), all exposed; pp: 1F1B over the "
+                 "boost_titan/bench/comm_model.py for the sources), exposed except what the GEMMs issued while "
+                 "a backward collective is in flight hide (counted from the code's order, at "
+                 f"{comm_model.OVERLAP_GEMM_FLOPS / 1e12:.0f} TFLOP/s, ideal overlap); pp: 1F1B over the "
                  "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, else GPU-bound "
                  "from the traced kernels (--profile); `basis` says which (see predict()).")
     write_results(a.out, rows, meta, title, columns=cols, sections=sections, notes=notes)
