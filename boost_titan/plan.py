@@ -45,14 +45,14 @@ from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
 
 GiB = 2**30
-# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 8, with the
-# optimizer and clipping on local shards, emulate_fig5_s8.md): CoLA tp 1 = 551.5, the mean of 561.3 (7B) and
-# 541.7 (3B), FSDP over 2; tp 2 from the 3B rows, tp 4 from the 7B rows. Full rank tp 1 = 567: 7B_fullrank,
+# Per-rank model TFLOP/s, emulated on one H200 (compiled, bf16, local batch 4 x 4096; session 10, with the
+# backward collectives overlapped, emulate_fig5_s10.md): CoLA tp 1 = 556.2, the mean of 565.8 (7B) and
+# 546.5 (3B), FSDP over 2; tp 2 from the 3B rows, tp 4 from the 7B rows. Full rank tp 1 = 567: 7B_fullrank,
 # tp 1, dp 2, as issue 17 reports it (emulated the same way; not re-run for a results file).
 MEASURED_TFLOPS = {
-    "btp": {1: 551.5, 2: 502.3, 4: 479.6},
-    "vanilla": {1: 551.5, 2: 406.2, 4: 303.6},
-    "fullrank": {1: 567.0, 2: 631.4, 4: 607.3},
+    "btp": {1: 556.2, 2: 529.0, 4: 503.4},
+    "vanilla": {1: 556.2, 2: 429.9, 4: 316.5},
+    "fullrank": {1: 567.0, 2: 634.3, 4: 595.5},
 }
 # The 1-rank FSDP2 wrapper that gives TP-only / PP-only layouts mixed precision keeps a bf16 copy of the
 # weights (2 bytes per parameter) and, as one group for the whole model, reduces all gradients at the end
