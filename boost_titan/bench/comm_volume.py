@@ -20,6 +20,7 @@ import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from boost_titan.bench.common import env_info, print_table, write_results
 from boost_titan.bench.layer_trace import meta_model, one_layer
@@ -30,16 +31,8 @@ _C10D = torch.ops._c10d_functional
 _KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_reduce_.default: "all_reduce",
           _C10D.all_gather_into_tensor.default: "all_gather",
           _C10D.reduce_scatter_tensor.default: "reduce_scatter"}
-_ATEN = torch.ops.aten
+_GEMMS = (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm, torch.ops.aten.baddbmm)
 _SYNCED_BACKWARD = torch.ops.boost_titan.matmul_nt_backward_synced.default
-
-
-def gemm_flops(func, args) -> int:
-    """FLOPs of a dispatched matmul (mm, bmm, addmm), else 0."""
-    if func in (_ATEN.mm.default, _ATEN.bmm.default, _ATEN.addmm.default, _ATEN.baddbmm.default):
-        a, b = args[-2], args[-1]
-        return 2 * a.numel() * b.shape[-1]
-    return 0
 MiB = 2**20
 
 
@@ -85,7 +78,8 @@ class CollectiveRecorder(TorchDispatchMode):
             self._in_flight[id(out)] = (out, self.calls[-1])
         elif func is _C10D.wait_tensor.default:
             self._in_flight.pop(id(args[0]), None)
-        elif flops := gemm_flops(func, args):
+        elif self._in_flight and func._overloadpacket in _GEMMS:  # torch's FLOP formulas (FlopCounterMode's)
+            flops = flop_registry[func._overloadpacket](*args, **(kwargs or {}), out_val=out)
             for _, call in self._in_flight.values():
                 call.overlap_flops += flops
         return out

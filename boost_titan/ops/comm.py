@@ -49,11 +49,16 @@ def _all_gather(x, dim, group):
     return out if dim == 0 else torch.cat(out.chunk(size, dim=0), dim=dim)
 
 
-def _reduce_scatter(x, dim, group):
+def _issue_reduce_scatter(x, dim, group):
+    """The reduce-scatter issued, not waited for (``wait_tensor`` on the result completes it)."""
     name, size = group
     if dim != 0:
         x = torch.cat(x.chunk(size, dim=dim), dim=0)
-    return _ops.wait_tensor(_ops.reduce_scatter_tensor(x.contiguous(), "sum", size, name))
+    return _ops.reduce_scatter_tensor(x.contiguous(), "sum", size, name)
+
+
+def _reduce_scatter(x, dim, group):
+    return _ops.wait_tensor(_issue_reduce_scatter(x, dim, group))
 
 
 def _group(mesh: DeviceMesh | tuple[str, int]) -> tuple[str, int]:
@@ -136,10 +141,7 @@ def sync_backward_start(g: torch.Tensor, sync: Sync) -> torch.Tensor:
     kind, dim, name, size = sync
     if kind == "copy":
         return _ops.all_reduce_(g.contiguous(), "sum", name)
-    dim %= g.dim()
-    if dim != 0:
-        g = torch.cat(g.chunk(size, dim=dim), dim=0)
-    return _ops.reduce_scatter_tensor(g.contiguous(), "sum", size, name)
+    return _issue_reduce_scatter(g, dim % g.dim(), (name, size))
 
 
 def sync_backward_finish(pending: torch.Tensor) -> torch.Tensor:

@@ -34,8 +34,9 @@ def _flat(t: torch.Tensor, batched: bool) -> torch.Tensor:
 
 
 def _input_grad(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    mm = torch.bmm if w.dim() == 3 else torch.mm
-    return mm(_flat(grad, w.dim() == 3), w.to(grad.dtype)).view(x.shape).to(x.dtype)
+    batched = w.dim() == 3
+    mm = torch.bmm if batched else torch.mm
+    return mm(_flat(grad, batched), w.to(grad.dtype)).view(x.shape).to(x.dtype)
 
 
 def _weight_grad(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
