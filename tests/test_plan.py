@@ -84,9 +84,12 @@ def test_pipeline_microbatch_by_hand(monkeypatch):
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda strategy, a, tp, mb, seq: calls if mb == 4 else None)
     layout = plan.Layout("btp", 4, 2, 1, "none")
     t = plan.step_time(args, layout, batch=16, seq=4096, microbatch=4)
-    slot = flops_per_token(args, 4096) * 4 * 4096 / 8 / 400e12 + 20 * comm_model.tp_seconds(calls, 4)
+    # by hand, with comm_model's constants (α 15 µs, 370 GB/s): one all-reduce of [4, 4096, 3840] bf16 on
+    # 4 ranks per layer, 20 layers per stage; 1F1B: 4 + 2 − 1 slots, each with two sends of the stream
+    all_reduce = 15e-6 + 2 * 3 / 4 * (4 * 4096 * 3840 * 2) / 370e9
+    slot = flops_per_token(args, 4096) * 4 * 4096 / 8 / 400e12 + 20 * all_reduce
     p2p = 2 * 4 * 4096 * (5120 // 4)  # four sequences of the d-sharded stream in bf16
-    assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p))
+    assert t["step_s"] == pytest.approx(5 * (slot + 2 * (15e-6 + p2p / 370e9)))
     mem = plan.memory(args, layout, batch=16, seq=4096, microbatch=4)
     assert mem["activation_bytes"] == pytest.approx((41.2 / 4 + 7.0) * 5120 * 4 * 4096 * 20 * 2)  # 2 in flight
     assert plan.memory(args, plan.Layout("btp", 4, 1, 2, "none"), 16, 4096, microbatch=4) == \
