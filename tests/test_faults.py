@@ -96,22 +96,125 @@ def _blow_up(tmp_path, *extra):
                           text=True, env={**os.environ, "NGPU": "2"}, timeout=200)
 
 
-def test_nonfinite_gradient_stops_before_its_checkpoint(tmp_path):
+def _model_weights(folder: Path) -> dict:
+    """A DCP checkpoint's model tensors (converted to one torch.save file)."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = folder.parent / (folder.name + ".pt")
+    dcp_to_torch_save(str(folder), str(out))
+    state = torch.load(out, weights_only=False)
+    state = state.get("model", state)
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+
+
+def test_nonfinite_gradient_stops_without_applying_it(tmp_path):
+    """Fused AdamW (torchtitan's default): step 2 is skipped on the device, its flag read at step 3, where
+    the run stops naming step 2; the checkpoint of step 2 holds step 1's weights, all finite."""
+    import torch
+
     proc = _blow_up(tmp_path)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     lines = [line for line in out.splitlines() if "non-finite loss or gradient at step" in line]
-    assert lines and all("at step 2: stopping before its optimizer step" in line for line in lines), out[-2000:]
+    assert lines and all("at step 2: its optimizer step was not applied; stopping" in line for line in lines), out[-2000:]
     assert "Traceback" not in out.split("non-finite loss or gradient")[0][-2000:]
+    folder = tmp_path / "dump" / "checkpoint"
+    saved = sorted(p.name for p in folder.glob("step-*"))
+    assert saved == ["step-1", "step-2"], saved
+    one, two = _model_weights(folder / "step-1"), _model_weights(folder / "step-2")
+    assert one.keys() == two.keys() and one
+    for name in one:
+        assert torch.isfinite(two[name]).all(), name
+        assert torch.equal(one[name], two[name]), name
+
+
+def test_nonfinite_gradient_stops_before_its_checkpoint_without_fused_adamw(tmp_path):
+    """Any other optimizer implementation: the flag is read before the step (one host sync), the run stops
+    there and nothing is written from the non-finite step."""
+    proc = _blow_up(tmp_path, "--optimizer.implementation", "foreach")
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "non-finite loss or gradient at step" in line]
+    assert lines and all("at step 2: stopping before its optimizer step" in line for line in lines), out[-2000:]
     saved = sorted(p.name for p in (tmp_path / "dump" / "checkpoint").glob("step-*"))
-    assert saved == ["step-1"], saved  # nothing written from the non-finite state
+    assert saved == ["step-1"], saved
 
 
 def test_nonfinite_steps_can_be_skipped(tmp_path):
+    """Every step after the blow-up is skipped and named; the last one's flag is read at exit."""
     proc = _blow_up(tmp_path, "--boost.skip_nonfinite_steps")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     skipped = [line for line in proc.stdout.splitlines() if "step skipped" in line and "[rank0]" in line]
     assert [line.split("at step ")[1].split(":")[0] for line in skipped] == ["2", "3", "4", "5"], skipped
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_guard_skips_a_step_exactly(fused, monkeypatch):
+    """In process, one rank: a step with a nan gradient changes no weight and no optimizer state (step
+    counter included); the run then matches AdamW that never saw that step, to the bit. Fused: the
+    kernel skips it (found_inf) and the guard names it at the next step; otherwise before the step."""
+    import torch
+    from torchtitan.tools.logging import logger
+
+    from torchtitan_ext.faults import NonFiniteGuard
+
+    warnings = []
+    monkeypatch.setattr(logger, "warning", warnings.append)
+
+    def run(steps_with_nan, guard: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, fused=fused, foreach=False if fused else True)
+        if guard:
+            opt.register_step_pre_hook(NonFiniteGuard([model], skip=True))
+        data = torch.Generator().manual_seed(1)
+        for step in range(1, 6):
+            x = torch.randn(4, 8, generator=data)
+            model(x).square().mean().backward()
+            if step in steps_with_nan:
+                model[0].weight.grad[0, 0] = float("nan")
+            if step in steps_with_nan and not guard:
+                opt.zero_grad()
+                continue  # the reference: that step never happened
+            opt.step()
+            opt.zero_grad()
+        return model, opt
+
+    guarded, g_opt = run({2, 3}, guard=True)
+    reference, r_opt = run({2, 3}, guard=False)
+    for p, q in zip(guarded.parameters(), reference.parameters()):
+        assert torch.equal(p, q)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(g_opt.state[p][key], r_opt.state[q][key]), key
+    assert int(g_opt.state[next(guarded.parameters())]["step"]) == 3
+    assert warnings == [f"non-finite gradient at step {s}: step skipped (weights and optimizer state kept)"
+                        for s in (2, 3)]
+
+
+def test_guard_stop_names_the_step(capsys):
+    """Stop mode with fused AdamW: the bad step is not applied and the next step's hook stops, naming it;
+    with nothing after it, the exit check does."""
+    import torch
+
+    from torchtitan_ext.faults import NonFiniteGuard, check_nonfinite_at_exit
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    guard = NonFiniteGuard([model])
+    opt.register_step_pre_hook(guard)
+    for step in (1, 2):
+        model(torch.ones(2, 4)).sum().backward()
+        if step == 2:
+            model.bias.grad.fill_(float("inf"))
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step()
+        opt.zero_grad()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # step 2 not applied
+    with pytest.raises(SystemExit) as stop:
+        check_nonfinite_at_exit()
+    assert stop.value.code == 3
+    assert "non-finite loss or gradient at step 2: its optimizer step was not applied; stopping" in capsys.readouterr().err
 
 
 def _metrics(log: str) -> dict[int, str]:

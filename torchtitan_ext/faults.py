@@ -90,30 +90,47 @@ def claim_checkpoint_folder(folder: str, launcher_pid: int) -> str | None:
 
 
 # ---- non-finite gradients ------------------------------------------------------------------------
-class NonFiniteGuard:
-    """An optimizer step pre-hook: if any gradient on any rank is inf or nan (a non-finite loss makes
-    them so), stop the run with one line naming the step, before the optimizer step and hence before
-    any checkpoint of that state; or, with ``skip``, drop the step's gradients (the optimizer then
-    leaves every weight and its state as they were) and go on.
+_GUARDS: list = []  # every guard of this process, for :func:`check_nonfinite_at_exit`
 
-    Cost: one norm pass over the rank's gradient shards, an all-reduce of one value and one host sync
-    per step; measured at 1B tp 1 on an H200 (``docs/results/e2e_gaps_1b.md``): the GPU then idles
-    ≈ 1.9 ms while the host launches the optimizer step (≈ 1% of the step). A sync-free variant (fused
-    AdamW's ``found_inf`` skips the update on the GPU; the flag read a step later) is not built yet. Off on the fake backend (``torchtitan_ext.emulate``), whose collectives leave
-    their outputs unwritten. The step is read from AdamW's own per-parameter counter, so it is right
-    after a resume too.
+
+class NonFiniteGuard:
+    """An optimizer step pre-hook against inf / nan gradients (a non-finite loss makes them so) on any
+    rank: such a step is never applied; the run then stops with one line naming the step, or, with
+    ``skip``, logs it and goes on.
+
+    Every step costs one norm pass over the rank's gradient shards and an all-reduce of one flag. How
+    the step is kept from being applied:
+
+    - **fused Adam / AdamW** (torchtitan's default ``[optimizer] implementation``), *sync-free*: the flag
+      is handed to the optimizer as ``found_inf`` (what ``torch.amp.GradScaler`` uses), so the fused
+      kernel itself leaves every weight and optimizer state, its step counter included, as they were.
+      The host reads the flag one step later (copied to pinned memory behind a CUDA event: reading it
+      waits for nothing of the current step), and at the end of training
+      (:func:`check_nonfinite_at_exit`). A checkpoint written in between holds the last good weights.
+    - **any other optimizer**: the host reads the flag before the step (one sync per step; measured at
+      1B tp 1 on an H200, ``docs/results/e2e_gaps_1b.md``: the GPU idles ≈ 1.9 ms while the host then
+      launches the step) and stops there, or drops the step's gradients.
+
+    Off on the fake backend (``torchtitan_ext.emulate``), whose collectives leave their outputs
+    unwritten. Steps are counted on the host from AdamW's own per-parameter counter at the first call,
+    so they are right after a resume too.
     """
 
     def __init__(self, model_parts, skip: bool = False):
         self.model_parts, self.skip = model_parts, skip
-        self.skipped = 0  # steps skipped by this process (AdamW's counter does not count them)
+        self.step: int | None = None  # the step being guarded (torchtitan's numbering)
+        self.skipped = 0  # steps skipped by this process
+        self._pending = None  # (step, host flag, event): a fused step's flag, read one step later
+        self._host_flag = None
+        _GUARDS.append(self)
 
-    def _step(self, optimizer) -> int:
+    @staticmethod
+    def _adam_step(optimizer) -> int:
         for opt in getattr(optimizer, "optimizers", [optimizer]):
             for state in opt.state.values():
                 if "step" in state:
-                    return int(state["step"]) + 1 + self.skipped
-        return 1 + self.skipped
+                    return int(state["step"])  # a host sync, at the first step only
+        return 0
 
     def __call__(self, optimizer, args, kwargs) -> None:
         import torch
@@ -122,27 +139,77 @@ class NonFiniteGuard:
 
         if dist.is_initialized() and dist.get_backend() == "fake":
             return  # emulation: gradients are garbage by design
+        self.check()
+        inner = getattr(optimizer, "optimizers", [optimizer])
+        self.step = (self._adam_step(optimizer) if self.step is None else self.step) + 1
         params = [p for m in self.model_parts for p in m.parameters() if p.grad is not None]
         grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params]
+        fused = all(_is_fused_adam(opt) for opt in inner)
         if not grads:
+            if fused:
+                for opt in inner:
+                    opt.found_inf = None
             return
         norms = torch._foreach_norm(grads)
-        finite = torch.stack(norms).float().sum().isfinite().float()
+        bad = torch.stack(norms).float().sum().isfinite().logical_not().float()  # 1.0: skip this step
         if dist.is_initialized():
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if finite.item() == 1.0:
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if fused:
+            for opt in inner:
+                opt.found_inf = bad  # read by Adam.step and passed to the fused kernel
+            self._pending = (self.step, *self._to_host(bad))
             return
-        step = self._step(optimizer)
+        if bad.item() == 1.0:
+            for p in params:
+                p.grad = None  # AdamW skips parameters without a gradient
+            self._report(self.step, applied_later=False)
+
+    def _to_host(self, flag):
+        import torch
+
+        if flag.device.type != "cuda":
+            return flag.clone(), None  # computed already
+        if self._host_flag is None:
+            self._host_flag = torch.empty((), dtype=flag.dtype, pin_memory=True)
+        self._host_flag.copy_(flag, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return self._host_flag, event
+
+    def check(self) -> None:
+        """Read the flag of the last fused step, if not read yet (that step's work only is waited for)."""
+        if self._pending is None:
+            return
+        step, flag, event = self._pending
+        self._pending = None
+        if event is not None:
+            event.synchronize()
+        if flag.item() == 1.0:
+            self._report(step, applied_later=True)
+
+    def _report(self, step: int, applied_later: bool) -> None:
         if self.skip:
             from torchtitan.tools.logging import logger
 
             logger.warning(f"non-finite gradient at step {step}: step skipped (weights and optimizer state kept)")
             self.skipped += 1
-            for p in params:
-                p.grad = None
             return
-        sys.stderr.write(f"non-finite loss or gradient at step {step}: stopping before its optimizer step, so no "
-                         "checkpoint holds that state (resume from the last one; [boost] skip_nonfinite_steps = "
-                         "true skips such steps instead)\n")
+        what = ("its optimizer step was not applied; stopping" if applied_later
+                else "stopping before its optimizer step")
+        sys.stderr.write(f"non-finite loss or gradient at step {step}: {what}, so no checkpoint holds a non-finite "
+                         "state (resume from the last one; [boost] skip_nonfinite_steps = true skips such steps "
+                         "instead)\n")
         sys.stderr.flush()
         raise SystemExit(3)
+
+
+def _is_fused_adam(opt) -> bool:
+    import torch
+
+    return isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) and all(g.get("fused") for g in opt.param_groups)
+
+
+def check_nonfinite_at_exit() -> None:
+    """The last step's flag of every sync-free guard (the loop has ended without another step to read it)."""
+    for guard in _GUARDS:
+        guard.check()

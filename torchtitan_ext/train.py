@@ -18,9 +18,12 @@ import sys
 
 from torchtitan.train import Trainer, main
 
+from .faults import check_nonfinite_at_exit
+
 
 def main_then_exit(trainer_class=Trainer) -> None:
     main(trainer_class)  # trains, closes the trainer, destroys the process group; raises on failure
+    check_nonfinite_at_exit()  # the last step's flag (a fused optimizer's guard reads it one step late)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
