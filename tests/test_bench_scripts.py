@@ -315,6 +315,9 @@ def test_e2e_variant_names_compose():
     assert config.endswith("cola_1b_h200.toml")
     assert extra == ["--compile.enable", "--boost.attention", "flash", "--boost.float8", "tensorwise",
                      "--training.local_batch_size", "12"]
-    for bad in ("cola_1b_compile+bx", "no_such_base+flash"):
+    _, extra = variant("fullrank_1b_compile+mb90")
+    assert extra == ["--compile.enable", "--activation_checkpoint.mode", "memory_budget",
+                     "--activation_checkpoint.memory_budget", "0.9"]
+    for bad in ("cola_1b_compile+bx", "no_such_base+flash", "cola_1b_compile+mb"):
         with pytest.raises(SystemExit, match="unknown"):
             variant(bad)

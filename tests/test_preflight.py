@@ -26,6 +26,10 @@ def test_the_shipped_configs_pass():
     (["--boost.lowrank_checkpoint", "--activation_checkpoint.mode", "full"], 2,
      "lowrank_checkpoint=true replaces activation_checkpoint.mode='full'"),
     (["--boost.fused_cross_entropy"], 2, "fused_cross_entropy=true needs the whole lm_head on each rank (tp = 1, pp = 1)"),
+    (["--activation_checkpoint.mode", "memory_budget"], 2,
+     "activation_checkpoint.mode='memory_budget' chooses what to recompute inside compiled graphs: it needs --compile.enable"),
+    (["--activation_checkpoint.mode", "memory_budget", "--compile.enable", "--activation_checkpoint.memory_budget", "1.5"],
+     2, "activation_checkpoint.memory_budget=1.5 must be in [0, 1]"),
 ])
 def test_each_problem_is_named(overrides, world, expected):
     found = problems(BASE + overrides, world)

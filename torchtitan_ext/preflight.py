@@ -51,6 +51,13 @@ def problems(argv: list[str], world_size: int) -> list[str]:
     if job.boost.lowrank_checkpoint and job.activation_checkpoint.mode != "none":
         out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="
                    f"{job.activation_checkpoint.mode!r}: set activation_checkpoint.mode = 'none'")
+    ac = job.activation_checkpoint
+    if ac.mode == "memory_budget" and not (job.compile.enable and "model" in job.compile.components):
+        out.append("activation_checkpoint.mode='memory_budget' chooses what to recompute inside compiled graphs: "
+                   "it needs --compile.enable (with 'model' in compile.components)")
+    if ac.mode == "memory_budget" and not 0.0 <= ac.memory_budget <= 1.0:
+        out.append(f"activation_checkpoint.memory_budget={ac.memory_budget} must be in [0, 1] (a fraction of the "
+                   "activation memory that saving everything needs)")
     for what, name, path in [("training.dataset", training.dataset, training.dataset_path),
                              *([("validation.dataset", job.validation.dataset, job.validation.dataset_path)]
                                if job.validation.enable else [])]:

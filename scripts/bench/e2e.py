@@ -43,8 +43,9 @@ BASES = {  # name: (config file, extra CLI overrides)
 
 
 def variant(name: str) -> tuple[str, list[str]]:
-    """``<base>[+<kernel>…][+b<N>]`` → (config file, CLI overrides); e.g. ``cola_1b_compile+flash+fp8+b8``:
-    a base from BASES, kernels from KERNELS, ``bN`` a local batch of N."""
+    """``<base>[+<kernel>…][+b<N>][+mb<NN>]`` → (config file, CLI overrides); e.g. ``cola_1b_compile+flash+fp8+b8``:
+    a base from BASES, kernels from KERNELS, ``bN`` a local batch of N, ``mbNN`` torchtitan's
+    ``memory_budget`` activation checkpointing at NN % (inductor recomputes the cheapest ops)."""
     base, *suffixes = name.split("+")
     if base not in BASES:
         raise SystemExit(f"unknown variant base {base!r} in {name!r}; bases: {', '.join(BASES)}")
@@ -53,10 +54,14 @@ def variant(name: str) -> tuple[str, list[str]]:
     for suffix in suffixes:
         if re.fullmatch(r"b\d+", suffix):
             extra += ["--training.local_batch_size", suffix[1:]]
+        elif re.fullmatch(r"mb\d+", suffix):  # inductor recomputes in backward to fit this % of the activations
+            extra += ["--activation_checkpoint.mode", "memory_budget",
+                      "--activation_checkpoint.memory_budget", str(int(suffix[2:]) / 100)]
         elif suffix in KERNELS:
             extra += KERNELS[suffix]
         else:
-            raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, or bN (batch N)")
+            raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, bN (batch N) or mbNN "
+                             "(activation memory budget NN %)")
     return config, extra
 
 STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*(-?[\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
