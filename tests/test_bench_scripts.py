@@ -310,6 +310,13 @@ def test_loss_match_compare_by_hand():
     assert compare(zigzag, zigzag, window=10)["step_noise_std"] == pytest.approx(0.1, rel=0.15)
 
 
+def test_e2e_pairs_only_cola_variants_with_their_twin():
+    from scripts.bench.e2e import dense_twin
+
+    assert dense_twin("cola_1b_compile+flash+fused+b8") == "fullrank_1b_compile+flash+fused+b8"
+    assert dense_twin("fullrank_1b_compile+flash+fused") is None  # the twin itself is not a CoLA row
+
+
 def test_e2e_variant_names_compose():
     config, extra = variant("cola_1b_compile+flash+fp8tw+b12")
     assert config.endswith("cola_1b_h200.toml")

@@ -64,6 +64,11 @@ def variant(name: str) -> tuple[str, list[str]]:
                              "(activation memory budget NN %)")
     return config, extra
 
+def dense_twin(name: str) -> str | None:
+    """The dense twin's variant of a CoLA variant (same kernels and batch); None for a dense one."""
+    return name.replace("cola_1b", "fullrank_1b", 1) if name.startswith("cola_1b") else None
+
+
 STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s*(-?[\d.]+|nan|inf).*?memory:\s*([\d.]+)GiB"
                   r".*?tps:\s*([\d,]+).*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+|n/a)")  # n/a: no known peak (CPU)
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
@@ -183,8 +188,10 @@ def main() -> None:
     by_name = {r["variant"]: r for r in results}
     bounds = []
     for cola in by_name:
-        full = cola.replace("cola_1b", "fullrank_1b")
-        if cola.startswith("cola_1b") and full in by_name:
+        full = dense_twin(cola)
+        if full is None:
+            continue
+        if full in by_name:
             by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
         if cola in buckets and full in buckets:
             bounds += [{"pair": f"{cola} / {full}", **r} for r in removal_bounds(buckets[cola], buckets[full])]
