@@ -113,7 +113,8 @@ class NonFiniteGuard:
 
     Off on the fake backend (``torchtitan_ext.emulate``), whose collectives leave their outputs
     unwritten. Steps are counted on the host from AdamW's own per-parameter counter at the first call,
-    so they are right after a resume too.
+    so they are right after a resume too (as long as no step was skipped before it: AdamW does not count
+    skipped steps).
     """
 
     def __init__(self, model_parts, skip: bool = False):
