@@ -89,6 +89,8 @@ SPECS: dict[str, Spec] = {
     "compile_lowrank": Spec(2, tiny(*TP2, "--compile.enable", "--boost.lowrank_checkpoint", steps=3), cost=35),
     "compile_ac_full": Spec(2, tiny(*TP2, "--compile.enable", "--activation_checkpoint.mode", "full", steps=3),
                             cost=35),
+    "compile_budget": Spec(2, tiny(*TP2, "--compile.enable", "--activation_checkpoint.mode", "memory_budget",
+                                   "--activation_checkpoint.memory_budget", "0.9", steps=3), cost=35),
     "ckpt": Spec(2, CKPT, cost=22),
     # low-rank checkpointing composed with pipeline stages, and with FSDP2
     "pp_lowrank": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2", "--boost.lowrank_checkpoint"),
@@ -348,13 +350,15 @@ def test_compile_matches_eager(runs):
     assert_curves_close(losses, runs.get("tp2").losses(), range(1, 4), RTOL, "compiled tp2 vs eager tp2")
 
 
-@pytest.mark.parametrize("variant", ["compile_lowrank", "compile_ac_full"])
+@pytest.mark.parametrize("variant", ["compile_lowrank", "compile_ac_full", "compile_budget"])
 def test_compiled_checkpointing_matches_tp1(runs, variant):
-    """torch.compile + btp TP2 + low-rank checkpointing / torchtitan's full AC, all three at once:
-    the losses of the eager single-rank run without checkpointing."""
+    """torch.compile + btp TP2 + low-rank checkpointing / torchtitan's full AC / its memory_budget mode
+    (with the compiled loss-parallel loss), all at once: the losses of the eager single-rank run without
+    checkpointing."""
     run = runs.get(variant)
     marker = {"compile_lowrank": "Applied low-rank activation checkpointing",
-              "compile_ac_full": "Applied full activation checkpointing"}[variant]
+              "compile_ac_full": "Applied full activation checkpointing",
+              "compile_budget": "Applied memory_budget activation checkpointing"}[variant]
     assert marker in run.log
     assert "Compiling each TransformerBlock with torch.compile (on the local shards of its tp parameters)" in run.log
     losses, ref = run.losses(), runs.get("tp1")

@@ -149,7 +149,17 @@ def build_loss(job_config, parallel_dims=None, **kwargs):
             and compile_cfg.backend == "inductor"):
         return build_cross_entropy_loss(job_config, parallel_dims=parallel_dims, **kwargs)
     logger.info("Compiling the loss function with torch.compile (loss-parallel: no FX graph cache)")
-    return torch.compile(cross_entropy_loss, backend="inductor", options={"fx_graph_cache": False})
+    compiled = torch.compile(cross_entropy_loss, backend="inductor", options={"fx_graph_cache": False})
+
+    def loss(pred, labels):
+        # activation_checkpoint.mode = "memory_budget" sets one budget for every graph compiled in the
+        # process; the loss has nothing to recompute, and under loss-parallel its graph holds a process-group
+        # object that the budget partitioner cannot size ("Cannot compute the size of FakeScriptObject",
+        # torch 2.13): it is compiled with the default partitioning
+        with torch._functorch.config.patch(activation_memory_budget=1.0):
+            return compiled(pred, labels)
+
+    return loss
 
 
 def _data_errors_as_one_line(build):
