@@ -2,7 +2,7 @@
 
     python -m boost_titan.plan --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--microbatch 1] [--seq 4096] [--top 12]
 
-A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``lowrank`` | ``full``), with
+A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``budget`` | ``lowrank`` | ``full``), with
 ``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4) and
 ``--microbatch`` the pipeline layouts' microbatch (sequences; it divides the local batch).
 Every number printed is a prediction from three parts, each stated here so it can be checked:
@@ -10,8 +10,11 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Compute** = the rank's model FLOPs (``flops_per_token`` × tokens / (tp · pp)) at a per-rank rate that
   was *measured* (emulated, compiled, bf16, b 4 × s 4096, ``docs/results/emulate_*.md``) for that strategy
   and tp; a tp that was not measured takes the nearest measured one (column ``rate`` says which).
-  Activation checkpointing multiplies the compute time: ``lowrank`` by 1.21 (measured at 1B: 85K →
-  70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more forward).
+  Activation checkpointing multiplies the compute time: ``budget`` (torchtitan's ``memory_budget`` mode
+  at 0.9: Inductor recomputes elementwise outputs, no GEMM) by 1.027 for CoLA and 1.011 for full rank
+  (measured at 1B, b 4: 91.1K → 88.7K and 56.1K → 55.5K tokens/s, ``e2e_mb_s11.md``), ``lowrank`` by
+  1.21 (measured at 1B: 85K → 70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more
+  forward).
 * **Communication** (``boost_titan.bench.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, exposed except what the weight-gradient GEMMs in
   flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic overlapped with compute
@@ -28,8 +31,10 @@ Every number printed is a prediction from three parts, each stated here so it ca
   1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
   ``ONE_RANK_WRAPPER_BYTES``); activations per token and layer ``(A_sh / tp + A_rep) · d``
   bytes, with (A_sh, A_rep) fitted per strategy to the peaks measured on one H200 (tp > 1: emulated; below), times the stage's
-  layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``lowrank`` keeps
-  0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
+  layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``budget`` keeps 0.71
+  (CoLA) / 0.68 (full rank) of that (1B, b 4: peaks 41.3 → 31.6 and 46.3 → 37.6 GiB above 8.1 / 19.0
+  GiB of model states, ``e2e_mb_s11.md``; under TP assumed the same: a compiled btp tp 2 block on the CPU
+  saves 0.70 of its bytes with it, as one at tp 1 does), ``lowrank`` keeps 0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
   model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
   activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
 """
@@ -67,6 +72,12 @@ ONE_RANK_WRAPPER_BYTES = 2 + 8
 ACTIVATION_D = {"btp": (41.2, 7.0), "vanilla": (12.2, 36.0), "fullrank": (48.8, 0.0)}
 AC_TIME = {"none": 1.0, "lowrank": 1.21, "full": 4 / 3}
 LOWRANK_KEEP = 0.20
+# ac = "budget" (memory_budget 0.9), per family: (activations kept, compute time factor); see the docstring
+BUDGET = {"cola": (0.71, 1.027), "fullrank": (0.68, 1.011)}
+# how to ask torchtitan for each ac value (every rate above was measured compiled)
+AC_FLAGS = {"none": [], "budget": ["--activation_checkpoint.mode", "memory_budget",
+                                   "--activation_checkpoint.memory_budget", "0.9"],
+            "lowrank": ["--boost.lowrank_checkpoint"], "full": ["--activation_checkpoint.mode", "full"]}
 HEADROOM = 0.92
 
 
@@ -92,7 +103,7 @@ def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8) -> list[Layout]:
             except ValueError:
                 continue
             for pp in (p for p in (1, 2, 4, 8, 16) if (gpus // tp) % p == 0 and args.n_layers % p == 0):
-                for ac in ("none", "lowrank", "full") if lowrank else ("none", "full"):
+                for ac in ("none", "budget", "lowrank", "full") if lowrank else ("none", "budget", "full"):
                     out.append(Layout(strategy, tp, pp, gpus // (tp * pp), ac))
     return out
 
@@ -131,12 +142,31 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     layers = args.n_layers // layout.pp
     if layout.ac == "none":
         acts = per_layer * layers * inflight
+    elif layout.ac == "budget":
+        acts = _budget(layout)[0] * per_layer * layers * inflight
     elif layout.ac == "lowrank":
         acts = LOWRANK_KEEP * per_layer * layers * inflight
     else:  # full: each layer's bf16 input (the stream in the strategy's layout) + one layer recomputed
         stream = math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))
         acts = 2 * stream * layers * inflight + per_layer
     return {"params": params, "states_bytes": states, "activation_bytes": acts, "total_bytes": states + acts}
+
+
+def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1) -> str:
+    """The ``scripts/run_train.sh`` command that runs ``layout`` (compiled, as the rates were measured)."""
+    flags = ["--model.flavor", flavor, "--boost.tp_strategy", layout.strategy,
+             "--parallelism.tensor_parallel_degree", str(layout.tp),
+             "--parallelism.pipeline_parallel_degree", str(layout.pp),
+             "--parallelism.data_parallel_shard_degree", str(layout.dp),
+             "--training.local_batch_size", str(batch), "--training.seq_len", str(seq), "--compile.enable",
+             *AC_FLAGS[layout.ac]]
+    if layout.pp > 1:
+        flags += ["--parallelism.pipeline_parallel_microbatch_size", str(microbatch_of(layout, batch, microbatch))]
+    return f"NGPU={layout.tp * layout.pp * layout.dp} ./scripts/run_train.sh " + " ".join(flags)
+
+
+def _budget(layout: Layout) -> tuple[float, float]:
+    return BUDGET["fullrank" if layout.strategy == "fullrank" else "cola"]
 
 
 _CALLS: dict = {}
@@ -163,7 +193,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     microbatch = microbatch_of(layout, batch, microbatch)
     m = batch // microbatch
     mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
-    mb_compute *= AC_TIME[layout.ac]
+    mb_compute *= _budget(layout)[1] if layout.ac == "budget" else AC_TIME[layout.ac]
     calls = _layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq)
     mb_comm = comm_model.tp_seconds(list(calls), layout.tp, link) * (args.n_layers // layout.pp)
     if layout.pp > 1:
@@ -230,6 +260,10 @@ def main(argv=None) -> None:
                       f"local batch {a.batch} x {a.seq}{pipe}", columns=cols + ["fits"],
                       notes="Every number is a prediction; how it is made: `python -m boost_titan.plan --help`.")
     print_table([r for r in rounded if r["fits"]][:a.top], cols)
+    if fitting:
+        best = Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac")))
+        print(f"run the first one (add a config file and the job's other settings):\n  "
+              f"{train_command(a.flavor, best, a.batch, a.seq, a.microbatch)}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ def test_layouts_are_exactly_the_valid_ones():
     assert {layout.pp for layout in found} == {1, 2}  # 2 layers
     assert not any(layout.strategy == "fullrank" for layout in found)  # a CoLA flavor
     dense = plan.layouts(FLAVORS["tiny_fullrank"], 4)
-    assert {layout.strategy for layout in dense} == {"fullrank"} and {layout.ac for layout in dense} == {"none", "full"}
+    assert {layout.strategy for layout in dense} == {"fullrank"}
+    assert {layout.ac for layout in dense} == {"none", "budget", "full"}  # no low-rank checkpointing without ranks
+    assert {layout.ac for layout in found} == {"none", "budget", "lowrank", "full"}
 
 
 @pytest.mark.parametrize("flavor", ["tiny", "tiny_tied", "1B", "7B_fullrank"])
@@ -105,3 +107,33 @@ def test_plan_lists_fitting_layouts_first_by_throughput():
     assert speeds == sorted(speeds, reverse=True)
     nothing = plan.plan("tiny", 4, gpu_mem_gib=1e-6, batch=2, seq=64)
     assert not any(r["fits"] for r in nothing)
+
+
+def test_memory_budget_layout_by_hand(monkeypatch):
+    """ac = "budget" keeps 0.71 (CoLA) / 0.68 (full rank) of the activations and costs 1.027× / 1.011×
+    compute (1B, b 4, measured: e2e_mb_s11.md); model states unchanged."""
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
+    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {2: 500.0}, "fullrank": {2: 600.0}})
+    for flavor, strategy, keep, time in [("7B", "btp", 0.71, 1.027), ("7B_fullrank", "fullrank", 0.68, 1.011)]:
+        args = FLAVORS[flavor]
+        none, budget = (plan.Layout(strategy, 2, 1, 4, ac) for ac in ("none", "budget"))
+        m0, m1 = plan.memory(args, none, 4, 4096), plan.memory(args, budget, 4, 4096)
+        assert m1["states_bytes"] == m0["states_bytes"]
+        a_sh, a_rep = plan.ACTIVATION_D[strategy]
+        assert m1["activation_bytes"] == pytest.approx(keep * (a_sh / 2 + a_rep) * args.dim * 4 * 4096 * 32)
+        rate = plan.MEASURED_TFLOPS[strategy][2] * 1e12
+        t1 = plan.step_time(args, budget, 4, 4096)
+        assert t1["compute_s"] == pytest.approx(flops_per_token(args, 4096) * 4 * 4096 / 2 / rate * time)
+
+
+def test_train_command_runs_the_layout():
+    cmd = plan.train_command("13B", plan.Layout("btp", 4, 2, 1, "budget"), batch=16, seq=4096, microbatch=4)
+    assert cmd == ("NGPU=8 ./scripts/run_train.sh --model.flavor 13B --boost.tp_strategy btp "
+                   "--parallelism.tensor_parallel_degree 4 --parallelism.pipeline_parallel_degree 2 "
+                   "--parallelism.data_parallel_shard_degree 1 --training.local_batch_size 16 --training.seq_len 4096 "
+                   "--compile.enable --activation_checkpoint.mode memory_budget --activation_checkpoint.memory_budget 0.9 "
+                   "--parallelism.pipeline_parallel_microbatch_size 4")
+    from torchtitan_ext.preflight import problems
+
+    flags = plan.train_command("debugmodel", plan.Layout("btp", 2, 1, 1, "budget"), batch=2, seq=64).split()[2:]
+    assert problems(["--job.config_file", "train_configs/debug_cpu.toml", *flags], 2) == []
