@@ -328,3 +328,21 @@ def test_e2e_variant_names_compose():
     for bad in ("cola_1b_compile+bx", "no_such_base+flash", "cola_1b_compile+mb"):
         with pytest.raises(SystemExit, match="unknown"):
             variant(bad)
+
+
+def test_elementwise_floor_counts_each_crossing_once():
+    """A GEMM between elementwise code: its input made by relu is written once, its output read once by
+    the multiply (not once per consumer), the graph input read once, the multiply's result written once;
+    a weight reached through a view and read only by the GEMM costs nothing."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from scripts.bench.elementwise_floor import boundary_bytes
+
+    def f(x, w):
+        y = torch.relu(x) @ w.t()
+        return y * 2 + y.sin(), y
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(8, 4), torch.randn(6, 4))
+    relu_out, y, result = 8 * 4 * 4, 8 * 6 * 4, 8 * 6 * 4
+    assert boundary_bytes(gm.graph) == {"written": relu_out + result, "read": 8 * 4 * 4 + y}
