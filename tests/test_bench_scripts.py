@@ -345,4 +345,4 @@ def test_elementwise_floor_counts_each_crossing_once():
 
     gm = make_fx(f, tracing_mode="fake")(torch.randn(8, 4), torch.randn(6, 4))
     relu_out, y, result = 8 * 4 * 4, 8 * 6 * 4, 8 * 6 * 4
-    assert boundary_bytes(gm.graph) == {"written": relu_out + result, "read": 8 * 4 * 4 + y}
+    assert boundary_bytes(gm.graph) == {"written": relu_out + result, "read": 8 * 4 * 4 + y, "read_of_gemm_outputs": y}

@@ -53,7 +53,8 @@ def _bytes(node) -> int:
 
 def boundary_bytes(graph: torch.fx.Graph) -> dict[str, int]:
     """Bytes the elementwise side must write (GEMM inputs, saved or returned tensors it makes) and read
-    (GEMM outputs, graph inputs it consumes), each tensor counted once per direction."""
+    (GEMM outputs, graph inputs it consumes), each tensor counted once per direction; of the reads, those
+    of GEMM / attention outputs (what fusing the elementwise consumers into GEMM epilogues could hide)."""
 
     def root(node):
         while node.op == "call_function" and node.target in VIEWS and node.target is not operator.getitem:
@@ -82,14 +83,15 @@ def boundary_bytes(graph: torch.fx.Graph) -> dict[str, int]:
         elif node.op == "call_function" and node.target not in VIEWS:
             for arg in (*node.args, *node.kwargs.values()):
                 use(arg, "gemm" if _is_gemm(node.target) else "elementwise")
-    written = read = 0
+    out = {"written": 0, "read": 0, "read_of_gemm_outputs": 0}
     for value, by in consumers.items():
         made_by, size = kind(value), _bytes(value)
         if made_by == "elementwise" and ({"gemm", "output"} & by):
-            written += size
+            out["written"] += size
         elif made_by in ("gemm", "input") and "elementwise" in by:
-            read += size
-    return {"written": written, "read": read}
+            out["read"] += size
+            out["read_of_gemm_outputs"] += size if made_by == "gemm" else 0
+    return out
 
 
 def block_graphs(flavor: str, seq: int) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
@@ -128,11 +130,13 @@ def floor_rows(flavor: str, seq: int, tokens: int, bandwidth_tb_s: float) -> lis
         b = boundary_bytes(gm.graph)
         per_token = (b["written"] + b["read"]) / seq
         step_bytes = per_token * tokens * args.n_layers
+        ms = 1e3 * tokens * args.n_layers / seq / (bandwidth_tb_s * 1e12)  # per byte traced
         rows.append({"flavor": flavor, "phase": phase, "written_b_per_token_layer": b["written"] / seq,
                      "read_b_per_token_layer": b["read"] / seq, "gb_per_step": step_bytes / 1e9,
-                     "floor_ms_per_step": step_bytes / (bandwidth_tb_s * 1e12) * 1e3})
-    total = {"flavor": flavor, "phase": "total", "gb_per_step": sum(r["gb_per_step"] for r in rows),
-             "floor_ms_per_step": sum(r["floor_ms_per_step"] for r in rows)}
+                     "floor_ms_per_step": step_bytes / (bandwidth_tb_s * 1e12) * 1e3,
+                     "of_which_gemm_output_reads_ms": b["read_of_gemm_outputs"] * ms})
+    total = {"flavor": flavor, "phase": "total", **{k: sum(r[k] for r in rows) for k in
+             ("gb_per_step", "floor_ms_per_step", "of_which_gemm_output_reads_ms")}}
     return rows + [total]
 
 
@@ -147,7 +151,7 @@ def main() -> None:
     a = p.parse_args()
     rows = [r for f in a.flavors.split(",") for r in floor_rows(f, a.seq, a.tokens, a.bandwidth)]
     cols = ["flavor", "phase", "written_b_per_token_layer", "read_b_per_token_layer", "gb_per_step",
-            "floor_ms_per_step"]
+            "floor_ms_per_step", "of_which_gemm_output_reads_ms"]
     if a.out:
         import shlex
         import sys
