@@ -120,7 +120,6 @@ class NonFiniteGuard:
     def __init__(self, model_parts, skip: bool = False):
         self.model_parts, self.skip = model_parts, skip
         self.step: int | None = None  # the step being guarded (torchtitan's numbering)
-        self.skipped = 0  # steps skipped by this process
         self._pending = None  # (step, host flag, event): a fused step's flag, read one step later
         self._host_flag = None
         _GUARDS.append(self)
@@ -193,7 +192,6 @@ class NonFiniteGuard:
             from torchtitan.tools.logging import logger
 
             logger.warning(f"non-finite gradient at step {step}: step skipped (weights and optimizer state kept)")
-            self.skipped += 1
             return
         what = ("its optimizer step was not applied; stopping" if applied_later
                 else "stopping before its optimizer step")

@@ -48,10 +48,10 @@ def problems(argv: list[str], world_size: int) -> list[str]:
     from torchtitan_ext.parallelize import kernel_problems
 
     out += kernel_problems(job.boost, args, tp, pp)
-    if job.boost.lowrank_checkpoint and job.activation_checkpoint.mode != "none":
-        out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="
-                   f"{job.activation_checkpoint.mode!r}: set activation_checkpoint.mode = 'none'")
     ac = job.activation_checkpoint
+    if job.boost.lowrank_checkpoint and ac.mode != "none":
+        out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="
+                   f"{ac.mode!r}: set activation_checkpoint.mode = 'none'")
     if ac.mode == "memory_budget" and not (job.compile.enable and "model" in job.compile.components):
         out.append("activation_checkpoint.mode='memory_budget' chooses what to recompute inside compiled graphs: "
                    "it needs --compile.enable (with 'model' in compile.components)")

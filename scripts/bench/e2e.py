@@ -64,6 +64,7 @@ def variant(name: str) -> tuple[str, list[str]]:
                              "(activation memory budget NN %)")
     return config, extra
 
+
 def dense_twin(name: str) -> str | None:
     """The dense twin's variant of a CoLA variant (same kernels and batch); None for a dense one."""
     return name.replace("cola_1b", "fullrank_1b", 1) if name.startswith("cola_1b") else None
