@@ -146,7 +146,8 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256, help="tokens traced on the CPU (bytes scale with them)")
     p.add_argument("--tokens", type=int, default=4 * 4096, help="tokens per step to scale to (b 4 x 4096)")
     p.add_argument("--bandwidth", type=float, default=4.27,
-                   help="TB/s the elementwise kernels could stream at (H200 device-to-device copy: 4.27)")
+                   help="TB/s the elementwise kernels could stream at (4.27: the H200 device-to-device copy rate "
+                        "as the GPU box's notes give it; not measured by this project)")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     rows = [r for f in a.flavors.split(",") for r in floor_rows(f, a.seq, a.tokens, a.bandwidth)]
