@@ -192,6 +192,58 @@ def test_guard_skips_a_step_exactly(fused, monkeypatch):
                         for s in (2, 3)]
 
 
+def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeypatch):
+    """The loop's clipping (through the family's wrapper of torchtitan's ``clip_grad_norm_``) hands its
+    all-reduced norm to the guard, which then makes no norm pass of its own; a gradient changed after
+    the clipping, or a step without clipping, makes the guard compute its own flag again."""
+    import torch
+    from torchtitan.distributed import utils as dist_utils
+    from torchtitan.tools.logging import logger
+
+    from torchtitan_ext import faults, train_spec
+
+    monkeypatch.setattr(dist_utils, "clip_grad_norm_", dist_utils.clip_grad_norm_)  # undone after the test
+    monkeypatch.setattr(faults, "_CLIPPED", None)
+    train_spec._clip_on_local_shards()
+    norm_passes = []
+    foreach_norm = torch._foreach_norm
+    monkeypatch.setattr(torch, "_foreach_norm", lambda *a, **k: norm_passes.append(1) or foreach_norm(*a, **k))
+    warnings = []
+    monkeypatch.setattr(logger, "warning", warnings.append)
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=0.1, fused=True)
+    guard = faults.NonFiniteGuard([model], skip=True)
+    opt.register_step_pre_hook(guard)
+
+    def step(clip=True, after_clip=None):
+        """One step; returns (guard's own norm passes, whether the weights changed)."""
+        opt.zero_grad()
+        model(torch.randn(4, 8)).square().mean().backward()
+        if clip:
+            expected = torch.nn.utils.get_total_norm([p.grad for p in params])
+            assert torch.equal(dist_utils.clip_grad_norm_(params, 1e9, foreach=True), expected)
+        if after_clip is not None:
+            after_clip()
+        before, passes = [p.detach().clone() for p in params], len(norm_passes)
+        opt.step()
+        guard.check()
+        return len(norm_passes) - passes, not all(torch.equal(a, b) for a, b in zip(before, params))
+
+    assert step() == (0, True)  # the clipping's norm served: no pass of the guard's own
+    # the flag comes from that norm: a non-finite one noted for finite gradients skips the step
+    assert step(after_clip=lambda: faults.note_clip_norm(params, torch.tensor(float("nan")))) == (0, False)
+    # a gradient changed in place after the clipping: the guard computes its own flag, sees the nan
+    assert step(after_clip=lambda: model.weight.grad.view(-1)[0].fill_(float("nan"))) == (1, False)
+    # a replaced gradient, or no clipping at all: its own pass too
+    assert step(after_clip=lambda: setattr(model.bias, "grad", model.bias.grad.clone())) == (1, True)
+    assert step(clip=False) == (1, True)
+    assert warnings == [f"non-finite gradient at step {s}: step skipped (weights and optimizer state kept)"
+                        for s in (2, 3)]
+
+
 def test_guard_stop_names_the_step(capsys):
     """Stop mode with fused AdamW: the bad step is not applied and the next step's hook stops, naming it;
     with nothing after it, the exit check does."""

@@ -98,8 +98,12 @@ class NonFiniteGuard:
     rank: such a step is never applied; the run then stops with one line naming the step, or, with
     ``skip``, logs it and goes on.
 
-    Every step costs one norm pass over the rank's gradient shards and an all-reduce of one flag. How
-    the step is kept from being applied:
+    The flag comes from the gradient norm that the loop's clipping has just computed and all-reduced
+    (:func:`note_clip_norm`; non-finite if any gradient on any rank is): no further pass over the
+    gradients. Where that norm is missing or its gradients have changed since (another backward, a
+    replaced ``.grad``, an optimizer used without torchtitan's loop), the guard computes its own: one
+    norm pass over the rank's gradient shards and an all-reduce of one flag. How the step is kept from
+    being applied:
 
     - **fused Adam / AdamW** (torchtitan's default ``[optimizer] implementation``), *sync-free*: the flag
       is handed to the optimizer as ``found_inf`` (what ``torch.amp.GradScaler`` uses), so the fused
@@ -150,10 +154,12 @@ class NonFiniteGuard:
                 for opt in inner:
                     opt.found_inf = None
             return
-        norms = torch._foreach_norm(grads)
-        bad = torch.stack(norms).float().sum().isfinite().logical_not().float()  # 1.0: skip this step
-        if dist.is_initialized():
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        bad = _flag_from_clip(params)  # 1.0: skip this step
+        if bad is None:
+            norms = torch._foreach_norm(grads)
+            bad = torch.stack(norms).float().sum().isfinite().logical_not().float()
+            if dist.is_initialized():
+                dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         if fused:
             for opt in inner:
                 opt.found_inf = bad  # read by Adam.step and passed to the fused kernel
@@ -200,6 +206,42 @@ class NonFiniteGuard:
                          "instead)\n")
         sys.stderr.flush()
         raise SystemExit(3)
+
+
+_CLIPPED: tuple | None = None  # (total norm, [(gradient, its version)]) of the last clipping
+
+
+def _local(t):
+    from torch.distributed.tensor import DTensor
+
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+def note_clip_norm(parameters, total_norm) -> None:
+    """Remember the total gradient norm the loop's clipping just returned (all-reduced over every rank's
+    shards and stages), with the gradients it was computed from and their in-place version counters, so
+    the guard's next check can read its flag from that norm instead of another pass over them."""
+    global _CLIPPED
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(total_norm, DTensor):
+        total_norm = total_norm.full_tensor()
+    grads = [p.grad for p in parameters if p.grad is not None]
+    _CLIPPED = (total_norm.detach(), [(g, _local(g)._version) for g in grads])
+
+
+def _flag_from_clip(params):
+    """1.0 / 0.0 from the noted norm if it covers exactly these parameters' gradients, unchanged since;
+    else None. Consumed: a norm serves one step."""
+    global _CLIPPED
+    clipped, _CLIPPED = _CLIPPED, None
+    if clipped is None:
+        return None
+    norm, seen = clipped
+    grads = [p.grad for p in params]
+    if len(grads) != len(seen) or any(g is not s or _local(g)._version != v for g, (s, v) in zip(grads, seen)):
+        return None
+    return norm.isfinite().logical_not().float()
 
 
 def _is_fused_adam(opt) -> bool:

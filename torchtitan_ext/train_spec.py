@@ -24,7 +24,7 @@ from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
 from boost_titan.parallel import local_shards
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
-from .faults import NonFiniteGuard
+from .faults import NonFiniteGuard, note_clip_norm
 from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
 
@@ -109,13 +109,17 @@ def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manag
 
 def _clip_on_local_shards() -> None:
     """The loop clips through ``torchtitan.distributed.utils.clip_grad_norm_`` (looked up at each call):
-    point it at the local-shard version, which hands whatever it does not cover back to the original."""
+    point it at the local-shard version, which hands whatever it does not cover back to the original,
+    and hand the norm it returns to the non-finite guard (:func:`faults.note_clip_norm`)."""
     original = dist_utils.clip_grad_norm_
     if getattr(original, "on_local_shards", False):
         return
 
-    def clip_grad_norm_(*args, **kwargs):
-        return local_shards.clip_grad_norm_(*args, fallback=original, **kwargs)
+    def clip_grad_norm_(parameters, *args, **kwargs):
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        total_norm = local_shards.clip_grad_norm_(parameters, *args, fallback=original, **kwargs)
+        note_clip_norm(parameters, total_norm)
+        return total_norm
 
     clip_grad_norm_.on_local_shards = True
     dist_utils.clip_grad_norm_ = clip_grad_norm_
