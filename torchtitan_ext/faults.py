@@ -141,6 +141,7 @@ class NonFiniteGuard:
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
+        clipped = _take_clip_norm()  # taken at every call: it holds the gradients until then
         if dist.is_initialized() and dist.get_backend() == "fake":
             return  # emulation: gradients are garbage by design
         self.check()
@@ -154,7 +155,7 @@ class NonFiniteGuard:
                 for opt in inner:
                     opt.found_inf = None
             return
-        bad = _flag_from_clip(params)  # 1.0: skip this step
+        bad = _flag_from_clip(clipped, params)  # 1.0: skip this step
         if bad is None:
             norms = torch._foreach_norm(grads)
             bad = torch.stack(norms).float().sum().isfinite().logical_not().float()
@@ -230,11 +231,16 @@ def note_clip_norm(parameters, total_norm) -> None:
     _CLIPPED = (total_norm.detach(), [(g, _local(g)._version) for g in grads])
 
 
-def _flag_from_clip(params):
-    """1.0 / 0.0 from the noted norm if it covers exactly these parameters' gradients, unchanged since;
-    else None. Consumed: a norm serves one step."""
+def _take_clip_norm():
+    """The noted norm, forgotten here: a norm serves one step."""
     global _CLIPPED
     clipped, _CLIPPED = _CLIPPED, None
+    return clipped
+
+
+def _flag_from_clip(clipped, params):
+    """1.0 / 0.0 from the noted norm if it covers exactly these parameters' gradients, unchanged since;
+    else None."""
     if clipped is None:
         return None
     norm, seen = clipped
