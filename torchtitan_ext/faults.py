@@ -139,7 +139,8 @@ class NonFiniteGuard:
     def __call__(self, optimizer, args, kwargs) -> None:
         import torch
         import torch.distributed as dist
-        from torch.distributed.tensor import DTensor
+
+        from boost_titan.parallel.local_shards import local_tensor
 
         clipped = _take_clip_norm()  # taken at every call: it holds the gradients until then
         if dist.is_initialized() and dist.get_backend() == "fake":
@@ -148,7 +149,7 @@ class NonFiniteGuard:
         inner = getattr(optimizer, "optimizers", [optimizer])
         self.step = (self._adam_step(optimizer) if self.step is None else self.step) + 1
         params = [p for m in self.model_parts for p in m.parameters() if p.grad is not None]
-        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params]
+        grads = [local_tensor(p.grad) for p in params]
         fused = all(_is_fused_adam(opt) for opt in inner)
         if not grads:
             if fused:
@@ -212,23 +213,15 @@ class NonFiniteGuard:
 _CLIPPED: tuple | None = None  # (total norm, [(gradient, its version)]) of the last clipping
 
 
-def _local(t):
-    from torch.distributed.tensor import DTensor
-
-    return t._local_tensor if isinstance(t, DTensor) else t
-
-
 def note_clip_norm(parameters, total_norm) -> None:
     """Remember the total gradient norm the loop's clipping just returned (all-reduced over every rank's
     shards and stages), with the gradients it was computed from and their in-place version counters, so
     the guard's next check can read its flag from that norm instead of another pass over them."""
     global _CLIPPED
-    from torch.distributed.tensor import DTensor
+    from boost_titan.parallel.local_shards import local_tensor
 
-    if isinstance(total_norm, DTensor):
-        total_norm = total_norm.full_tensor()
     grads = [p.grad for p in parameters if p.grad is not None]
-    _CLIPPED = (total_norm.detach(), [(g, _local(g)._version) for g in grads])
+    _CLIPPED = (total_norm.detach(), [(g, local_tensor(g)._version) for g in grads])
 
 
 def _take_clip_norm():
@@ -241,11 +234,13 @@ def _take_clip_norm():
 def _flag_from_clip(clipped, params):
     """1.0 / 0.0 from the noted norm if it covers exactly these parameters' gradients, unchanged since;
     else None."""
+    from boost_titan.parallel.local_shards import local_tensor
+
     if clipped is None:
         return None
     norm, seen = clipped
     grads = [p.grad for p in params]
-    if len(grads) != len(seen) or any(g is not s or _local(g)._version != v for g, (s, v) in zip(grads, seen)):
+    if len(grads) != len(seen) or any(g is not s or local_tensor(g)._version != v for g, (s, v) in zip(grads, seen)):
         return None
     return norm.isfinite().logical_not().float()
 

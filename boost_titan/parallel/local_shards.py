@@ -19,7 +19,8 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 
-def _local(t):
+def local_tensor(t):
+    """A DTensor's local shard (no autograd op: for optimizer-side code), a plain tensor itself."""
     return t._local_tensor if isinstance(t, DTensor) else t
 
 
@@ -35,7 +36,7 @@ class _LocalShardStep:
                 # as DTensor's dispatch of the step would
                 grads[i] = g.redistribute(p.device_mesh, p.placements)
         for tensors in (params, grads, *state_lists):
-            tensors[:] = [_local(t) for t in tensors]
+            tensors[:] = [local_tensor(t) for t in tensors]
         return has_complex
 
 
