@@ -23,7 +23,7 @@ if "LOCAL_RANK" in os.environ:
             return _forward(self, x)
         if self.norm is not None:
             x = self.norm(x)
-        b_ws = [w[j] for blk in self.b for w in (blk.weight,) for j in range(w.shape[0])]
+        b_ws = [w for blk in self.b for w in blk.weight.unbind(0)]  # B_1..B_c, as Projection.up orders them
         out = []
         for a_w, b_w in zip(self.a.weight.unbind(0), b_ws):
             preact, postact = linear_act_func(x, a_w, "silu", tuned=False)
