@@ -55,3 +55,23 @@ def run_distributed(fn, world_size: int, *args) -> None:
         while not errors.empty():
             msgs.append(errors.get())
         raise AssertionError("\n".join(msgs) or str(exc)) from None
+
+
+FP32_UNIT_ROUNDOFF = 2.0 ** -24
+
+
+def assert_fp32_reassociation_close(got: torch.Tensor, ref64: torch.Tensor, n: int, msg: str = "") -> None:
+    """fp32 ``got`` equals the fp64 ``ref64`` of the same math up to the rounding of fp32 sums.
+
+    A sum of ``n`` products, evaluated in fp32 in *any* order (eager, or code a compiler fused and
+    reassociated), is within γ_n·Σ|terms| of the exact sum, γ_n = n·u/(1 − n·u), u = 2⁻²⁴ (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, §3.1). We take the terms' scale as the
+    tensor's largest entry and ``n`` as the longest reduction the computation chains, so each element
+    may be off by γ_n·max|ref64|: an element whose own value cancels to near zero may carry a large
+    *relative* error (the flaky elementwise ``rtol`` this replaces), a wrong collective or a missing
+    term is off by O(max|ref64|) and still fails.
+    """
+    gamma = n * FP32_UNIT_ROUNDOFF / (1 - n * FP32_UNIT_ROUNDOFF)
+    tol = gamma * ref64.abs().max().item()
+    err = (got.double() - ref64).abs().max().item()
+    assert err <= tol, f"{msg}: max |fp32 − fp64| = {err:.3g} > γ_{n}·max|ref| = {tol:.3g}"

@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from boost_titan.bench import comm_volume
 from boost_titan.bench.comm_volume import MiB, layer_collectives, summarize
+from boost_titan.compat import checkpoint_wrapper
 from boost_titan.models import FLAVORS
 
 from dist import TINY

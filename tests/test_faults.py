@@ -65,11 +65,13 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
     import json
     import socket
 
-    from torchtitan_ext.faults import LOCK_NAME, claim_checkpoint_folder
+    from torchtitan_ext.faults import claim_checkpoint_folder, lock_path
 
     folder = tmp_path / "dump" / "checkpoint"
     assert claim_checkpoint_folder(str(folder), os.getpid()) is None  # this test's process holds it
-    lock = json.loads((folder / LOCK_NAME).read_text())
+    assert not folder.exists()  # torchtitan would take an existing folder for a run to resume
+    lock_file = Path(lock_path(str(folder)))
+    lock = json.loads(lock_file.read_text())
     assert lock["host"] == socket.gethostname() and lock["pid"] == os.getpid()
 
     proc = subprocess.run(["./scripts/run_train.sh", *TINY, "--training.steps", "2", "--checkpoint.enable",
@@ -81,10 +83,10 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (folder / LOCK_NAME).write_text(json.dumps({**lock, "pid": dead.pid}))  # its run is gone
+    lock_file.write_text(json.dumps({**lock, "pid": dead.pid}))  # its run is gone
     assert claim_checkpoint_folder(str(folder), 424242) is None
-    assert json.loads((folder / LOCK_NAME).read_text())["pid"] == 424242
-    (folder / LOCK_NAME).write_text(json.dumps({**lock, "start_time": "1"}))  # same pid, another process
+    assert json.loads(lock_file.read_text())["pid"] == 424242
+    lock_file.write_text(json.dumps({**lock, "start_time": "1"}))  # same pid, another process
     assert claim_checkpoint_folder(str(folder), 424243) is None
 
 

@@ -63,11 +63,21 @@ class Spec:
     expect_failure: bool = False
     resume_from: str | None = None  # start from this run's checkpoint (runs after it) ...
     resume_step: int | None = 15  # ... its step-15, or None: its whole checkpoint folder (the latest wins)
+    hf_import_from: str | None = None  # load the weights of this run's last (Hugging Face) save first
+
+    @property
+    def source(self) -> str | None:
+        return self.resume_from or self.hf_import_from
 
 
 # checkpoint/resume recipe: online norm, grouping and low-rank checkpointing on, save every 15 steps
 CKPT = tiny(*TP2, "--boost.rmsnorm", "online", "--boost.grouped", "--boost.lowrank_checkpoint",
             "--checkpoint.enable", "--checkpoint.interval", "15", *TB, steps=30)
+
+HF_STEPS = 5
+HF_SAVE = ("--checkpoint.enable", "--checkpoint.last_save_in_hf", "--checkpoint.last_save_model_only")
+HF_LOAD = ("--checkpoint.enable", "--checkpoint.initial_load_in_hf")
+FULLRANK = ("--boost.tp_strategy", "fullrank")
 
 SPECS: dict[str, Spec] = {
     "debugmodel": Spec(2, ("--training.steps", "10", "--training.seq_len", "64",
@@ -125,6 +135,20 @@ SPECS: dict[str, Spec] = {
     # float8 projection GEMMs (torchao's emulation on CPU): one rank, and btp tp 2 (scales per local shard)
     "tp1_fp8": Spec(1, tiny("--boost.float8", "rowwise"), cost=10),
     "tp2_fp8": Spec(2, tiny(*TP2, "--boost.float8", "rowwise")),
+    # Hugging Face: btp tp 2 saves its last step as an HF directory; tp 1 and tp 2 start from it
+    "hf_export": Spec(2, tiny(*TP2, *HF_SAVE, steps=HF_STEPS), cost=14),
+    "hf_import_tp1": Spec(1, tiny(*HF_LOAD, steps=HF_STEPS), cost=10, hf_import_from="hf_export"),
+    "hf_import_tp2": Spec(2, tiny(*TP2, *HF_LOAD, steps=HF_STEPS), cost=14, hf_import_from="hf_export"),
+    "hf_import_vanilla_tp2": Spec(2, tiny(*TP2, "--boost.tp_strategy", "vanilla", *HF_LOAD, steps=HF_STEPS),
+                                  cost=14, hf_import_from="hf_export"),
+    # the dense twin: Megatron + SP tp 2 saves a LlamaForCausalLM directory; tp 1 and tp 2 start from it
+    "hf_export_fullrank": Spec(2, tiny(*TP2, *FULLRANK, *HF_SAVE, flavor="tiny_fullrank", steps=HF_STEPS), cost=14),
+    "hf_import_fullrank_tp1": Spec(1, tiny(*FULLRANK, *HF_LOAD, flavor="tiny_fullrank", steps=HF_STEPS), cost=10,
+                                   hf_import_from="hf_export_fullrank"),
+    "hf_import_fullrank_tp2": Spec(2, tiny(*TP2, *FULLRANK, *HF_LOAD, flavor="tiny_fullrank", steps=HF_STEPS),
+                                   cost=14, hf_import_from="hf_export_fullrank"),
+    "err_hf_save": Spec(1, tiny("--checkpoint.enable", "--checkpoint.last_save_in_hf"), cost=10,
+                        expect_failure=True),  # the config's full last save: HF saves are weights only
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -176,10 +200,10 @@ class Result:
         return out
 
 
-def _launch(name: str, spec: Spec, dump: Path) -> Result:
+def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> Result:
     env = {k: v for k, v in os.environ.items() if k not in ("COMM_MODE", "TRAIN_FILE")}
     env.update(NGPU=str(spec.ngpu), LOG_RANK=str(spec.log_rank), CONFIG_FILE=str(CONFIG))
-    cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args]
+    cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args, *extra]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # own process group: killable as a whole
@@ -202,11 +226,12 @@ class RunPool:
         self.executor = ThreadPoolExecutor(max_workers=jobs)
         self.futures = {}
         chains, names = [], list(dict.fromkeys(names))
-        for name in names:  # a resumed run goes right after the run it resumes, in the same worker
-            if SPECS[name].resume_from is None and not any(SPECS[n].resume_from == name for n in names):
-                chains.append([name])
-            elif SPECS[name].resume_from is not None:
-                chains.append([SPECS[name].resume_from, name])
+        for name in names:  # a run that starts from another's checkpoint goes right after it, in one worker
+            dependents = [n for n in names if SPECS[n].source == name]
+            if SPECS[name].source is None:
+                chains.append([name, *dependents])
+            elif SPECS[name].source not in names:
+                chains.append([SPECS[name].source, name])
         chains.sort(key=lambda chain: -sum(SPECS[n].cost for n in chain))
         for chain in chains:
             future = self.executor.submit(self._run_chain, chain)
@@ -215,24 +240,27 @@ class RunPool:
 
     def _run_chain(self, chain: list[str]) -> None:
         for name in chain:
-            spec, dump = SPECS[name], self.base / name
-            if spec.resume_from is not None:
-                source = self.results[spec.resume_from]
+            spec, dump, extra = SPECS[name], self.base / name, ()
+            if spec.source is not None:
+                source = self.results[spec.source]
                 if source.returncode != 0:
                     return
+            if spec.hf_import_from is not None:
+                extra = ("--checkpoint.initial_load_path", str(source.dump / "checkpoint" / f"step-{HF_STEPS}"))
+            elif spec.resume_from is not None:
                 if spec.resume_step is None:
                     shutil.copytree(source.dump / "checkpoint", dump / "checkpoint")
                 else:
                     step = f"step-{spec.resume_step}"
                     if (source.dump / "checkpoint" / step).is_dir():
                         shutil.copytree(source.dump / "checkpoint" / step, dump / "checkpoint" / step)
-            self.results[name] = _launch(name, spec, dump)
+            self.results[name] = _launch(name, spec, dump, extra)
 
     def get(self, name: str) -> Result:
         if name not in self.futures:  # not pre-launched (unusual selection): run it now
             with self.lock:
                 if name not in self.futures:
-                    source = SPECS[name].resume_from
+                    source = SPECS[name].source
                     self.futures[name] = self.executor.submit(self._run_chain, [source, name] if source else [name])
         self.futures[name].result()
         if name not in self.results:
@@ -278,7 +306,11 @@ def _runs_for(item) -> list[str]:
     if name == "test_float8_tracks_fp32":
         return ["tp1", "tp1_fp8", "tp2_fp8"]
     if name == "test_clear_errors":
-        return ["err_fullrank", "err_flavor"]
+        return ["err_fullrank", "err_flavor", "err_hf_save"]
+    if name == "test_hf_export_and_import_through_the_loop":
+        return {"cola": ["hf_export", "hf_import_tp1", "hf_import_tp2", "hf_import_vanilla_tp2"],
+                "fullrank": ["hf_export_fullrank", "hf_import_fullrank_tp1", "hf_import_fullrank_tp2"]
+                }[params.get("family", "cola")]
     return []
 
 
@@ -477,9 +509,62 @@ def test_clear_errors(runs):
     """Misconfigurations fail before any rank starts (run_train.sh's preflight), each with one line that
     names the bad value and the rule, and no traceback."""
     for name, pattern in [("err_fullrank", r"config error: tp_strategy='fullrank' is for the dense"),
-                          ("err_flavor", r"config error: unknown cola_llama flavor 'no_such_flavor'")]:
+                          ("err_flavor", r"config error: unknown cola_llama flavor 'no_such_flavor'"),
+                          ("err_hf_save", r"config error: checkpoint.last_save_in_hf=true saves weights only: "
+                                          r"add --checkpoint.last_save_model_only")]:
         run = runs.get(name)
         assert run.returncode == 2, f"{name} did not fail as a config error:\n{run.tail()}"
         assert "Training starts" not in run.log and "Traceback" not in run.log, run.tail()
         assert re.search(pattern, run.log), f"{name}: no error matching {pattern!r} in:\n{run.tail()}"
         assert run.seconds < 30, f"{name} took {run.seconds:.0f} s to fail"
+
+
+@pytest.mark.parametrize("family", ["cola", "fullrank"])
+def test_hf_export_and_import_through_the_loop(runs, family):
+    """``--checkpoint.last_save_in_hf`` under tp 2 (btp; the dense twin: Megatron + SP) leaves a complete
+    Hugging Face directory (weights gathered from the shards, config.json, CoLA's modeling file);
+    ``--checkpoint.initial_load_in_hf`` starts tp 1 and tp 2 runs of every strategy from it: their
+    first loss is the exported model's loss on that batch as ``transformers`` computes it, and tp 2
+    follows tp 1. The runs' own (DCP) last saves, from tp 1 and tp 2, load as the same full model
+    for generation (boost_titan.checkpoints, scripts/generate.py)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+
+    from boost_titan.checkpoints import load_model
+
+    transformers = pytest.importorskip("transformers")
+    flavor = "tiny" if family == "cola" else "tiny_fullrank"
+    suffix = "" if family == "cola" else "_fullrank"
+    export = runs.get(f"hf_export{suffix}").dump / "checkpoint" / f"step-{HF_STEPS}"
+    files = sorted(p.name for p in export.iterdir())
+    expected = ["config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json"]
+    assert files == sorted(expected + (["modeling_boost_cola.py"] if family == "cola" else [])), files
+    tp1 = runs.get(f"hf_import{suffix}_tp1")
+    tp2s = [runs.get(f"hf_import{suffix}_tp2")] + ([runs.get("hf_import_vanilla_tp2")] if family == "cola" else [])
+    for run in (tp1, *tp2s):
+        assert f"loading from HF safetensors from --checkpoint.initial_load_path: {export}" in run.log, run.tail()
+
+    # step 1's batch (SyntheticTokens: seed 42 from COMMON, dp rank 0, samples 0 and 1, seq 64, vocab 512)
+    batch = torch.stack([torch.from_numpy(np.random.default_rng([42, 0, 0, k]).integers(0, 512, 65, dtype=np.int64))
+                         for k in range(2)])
+    model = transformers.AutoModelForCausalLM.from_pretrained(export, trust_remote_code=True, dtype=torch.float32)
+    assert type(model).__name__ == ("ColaForCausalLM" if family == "cola" else "LlamaForCausalLM")
+    with torch.no_grad():
+        logits = model(batch[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).item()
+    assert_curves_close(tp1.losses(), {1: loss}, [1], RTOL, "tp1 import vs transformers on the export")
+    for run in tp2s:
+        assert_curves_close(run.losses(), tp1.losses(), range(1, HF_STEPS + 1), RTOL, f"{run.name} vs tp1 import")
+
+    # the imports' last DCP saves (full training state) from tp 1 and tp 2: one model
+    saved = [r.dump / "checkpoint" / f"step-{HF_STEPS}" for r in (tp1, tp2s[0])]
+    one, two = (load_model(path, flavor).state_dict() for path in saved)
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=1e-4, atol=1e-6, msg=key)
+    out = subprocess.run([sys.executable, "scripts/generate.py", str(saved[1]), "--flavor", flavor, "--tokenizer",
+                          "none", "--prompt", "1 2 3", "--max-new-tokens", "4"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and len(out.stdout.strip().splitlines()[-1].split()) == 7, out.stderr[-2000:]

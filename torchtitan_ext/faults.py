@@ -36,7 +36,10 @@ def die_with_launcher(sig: int = signal.SIGTERM) -> bool:
 
 
 # ---- one live run per checkpoint folder ----------------------------------------------------------
-LOCK_NAME = ".run.lock"
+def lock_path(folder: str) -> str:
+    """The lock of a checkpoint folder lies beside it (``<folder>.run.lock``), not in it: torchtitan
+    takes an existing folder for a run to resume and then ignores ``checkpoint.initial_load_path``."""
+    return os.path.normpath(folder) + ".run.lock"
 
 
 def _start_time(pid: int) -> str | None:
@@ -50,7 +53,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def claim_checkpoint_folder(folder: str, launcher_pid: int) -> str | None:
-    """Write ``folder/.run.lock`` naming this run (host, launcher pid, its start time, since when);
+    """Write :func:`lock_path` naming this run (host, launcher pid, its start time, since when);
     returns a one-line reason instead if another live run holds the folder.
 
     A lock whose process is gone (or whose pid now belongs to another process) is stale and taken
@@ -61,8 +64,8 @@ def claim_checkpoint_folder(folder: str, launcher_pid: int) -> str | None:
     import socket
 
     host = socket.gethostname()
-    path = os.path.join(folder, LOCK_NAME)
-    os.makedirs(folder, exist_ok=True)
+    path = lock_path(folder)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     mine = {"host": host, "pid": launcher_pid, "start_time": _start_time(launcher_pid),
             "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
     for _ in range(2):

@@ -72,12 +72,52 @@ def problems(argv: list[str], world_size: int) -> list[str]:
             size_vocabulary(args.replace(), job)  # tokenizer ↔ vocabulary (a copy: FLAVORS stays as it is)
         except (ValueError, FileNotFoundError) as e:
             out.append(str(e))
+    out += hf_checkpoint_problems(job, args)
     launcher = os.environ.get("BOOST_LAUNCHER_PID")  # run_train.sh's pid, which becomes torchrun's
     if not out and job.checkpoint.enable and launcher:
         from torchtitan_ext.faults import claim_checkpoint_folder
 
         held = claim_checkpoint_folder(os.path.join(job.job.dump_folder, job.checkpoint.folder), int(launcher))
         out += [held] if held else []
+    return out
+
+
+def hf_checkpoint_problems(job, args) -> list[str]:
+    """Hugging Face saves and loads: the model-only rule torchtitan asserts, and an import directory
+    that exists and describes this flavor (names, per mismatching size, what differs)."""
+    ckpt, out = job.checkpoint, []
+    if ckpt.enable and ckpt.last_save_in_hf and not ckpt.last_save_model_only:
+        out.append("checkpoint.last_save_in_hf=true saves weights only: add --checkpoint.last_save_model_only")
+    resuming = os.path.isdir(os.path.join(job.job.dump_folder, ckpt.folder))
+    if not (ckpt.enable and ckpt.initial_load_in_hf) or resuming:
+        return out  # torchtitan resumes from the folder's own checkpoints and ignores the import
+    if not ckpt.initial_load_model_only:
+        out.append("checkpoint.initial_load_in_hf=true loads weights only: drop --checkpoint.no_initial_load_model_only")
+    source = ckpt.initial_load_path or job.model.hf_assets_path
+    config = os.path.join(source or "", "config.json")
+    if not os.path.isfile(config):
+        return out + [f"checkpoint.initial_load_in_hf=true: {source!r} (checkpoint.initial_load_path, else "
+                      "model.hf_assets_path) has no config.json: not a Hugging Face model directory"]
+    import json
+
+    from boost_titan.hf import args_from_hf_config
+    from torchtitan_ext.train_spec import size_vocabulary
+
+    try:
+        theirs = args_from_hf_config(json.load(open(config)))
+    except (ValueError, KeyError) as e:
+        return out + [f"{config}: {e}"]
+    ours = args.replace()
+    try:
+        size_vocabulary(ours, job)
+    except (ValueError, FileNotFoundError):
+        pass  # reported above
+    fields = ["dim", "n_layers", "n_heads", "kv_heads", "ffn_dim", "vocab_size", "attn_rank", "mlp_rank",
+              "swiglu", "tie_embeddings"]
+    diff = [f"{f} {getattr(theirs, f)} vs {getattr(ours, f)}" for f in fields if getattr(theirs, f) != getattr(ours, f)]
+    if diff:
+        out.append(f"{config} does not describe flavor {job.model.flavor!r} ({', '.join(diff)}; the directory's vs "
+                   "the flavor's)")
     return out
 
 

@@ -25,6 +25,7 @@ from boost_titan.parallel import local_shards
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
 from .faults import NonFiniteGuard, note_clip_norm
+from .hf_adapter import ColaStateDictAdapter
 from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
 
@@ -193,6 +194,7 @@ def train_spec() -> TrainSpec:
         build_loss_fn=build_loss,
         build_validator_fn=_data_errors_as_one_line(build_validator),
         build_metrics_processor_fn=build_metrics_processor,
+        state_dict_adapter=ColaStateDictAdapter,
     )
 
 

@@ -30,7 +30,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 # The ``_c10d_functional`` ops are what ``torch.distributed._functional_collectives`` lowers to, under
-# the same names and signatures on every torch this package supports (2.11 … 2.13). The Python
+# the same names and signatures on every torch this package supports (2.11 … 2.14). The Python
 # wrappers are not: torch 2.11 has no ``all_gather_single`` / ``reduce_scatter_single``, and its
 # ``all_gather_tensor`` calls ``torch._utils._maybe_view_chunk_cat``, which dynamo refuses to trace.
 # Collectives along a dim other than 0 move that dim through dim 0 with one chunk/cat, as the

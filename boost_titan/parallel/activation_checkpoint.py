@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from boost_titan.compat import checkpoint_wrapper
 from boost_titan.models.args import TransformerArgs
 
 _COLLECTIVES = {

@@ -1,7 +1,9 @@
 """``torch.compile`` of checkpointed blocks under tensor parallelism, on the local shards.
 
-A workaround, kept in this one place: torch 2.13 cannot compile a checkpointed block whose parameters
-are tp DTensors (see :class:`LocalShardCompiled`). ``torchtitan_ext.parallelize`` uses it instead of
+A workaround, kept in this one place: torch ≤ 2.13 cannot compile a checkpointed block whose parameters
+are tp DTensors (see :class:`LocalShardCompiled`). From 2.14 a dropout-free SDPA no longer trips it
+(it is not an RNG op for the partitioner any more, pytorch#187985), but any RNG op in the region
+would; the module serves every supported torch, so one code path runs on all of them. ``torchtitan_ext.parallelize`` uses it instead of
 torchtitan's per-block ``torch.compile`` exactly when tp, compile and any activation checkpointing
 meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go (no upstream issue
 for it was found when searched on 2026-12-03; pytorch#173270 reworks how AOTAutograd handles DTensor
@@ -12,9 +14,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper
 from torch.distributed.tensor import DTensor
 from torch.func import functional_call
+
+from boost_titan.compat import ActivationWrapper
 
 
 def _call(module: nn.Module, params: dict[str, torch.Tensor], args: tuple, kwargs: dict):

@@ -13,8 +13,9 @@ are identical (the same elementwise cast). Groups it cannot serve keep FSDP's me
 more than one rank, parameters with FSDP tensor-subclass extensions (e.g. torchao's float8
 all-gather), CPU offloading, or parameters not in the plain sharded state.
 
-This reaches into FSDP2 internals (``FSDPParamGroup``/``FSDPParam`` attributes, the same in torch
-2.11 and 2.13); :func:`supported` checks they are there and the caller keeps FSDP's path otherwise.
+This reaches into FSDP2 internals (``FSDPParamGroup``/``FSDPParam`` attributes) through
+:mod:`boost_titan.compat`, which detects where the installed torch keeps them (2.11 – 2.15);
+:func:`supported` checks they are there and the caller keeps FSDP's path otherwise.
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-try:
-    from torch.distributed.fsdp._fully_shard._fsdp_param import ShardedState, alloc_storage
-except ImportError:  # a torch whose FSDP2 internals moved: keep FSDP's own path
-    ShardedState = alloc_storage = None
+from boost_titan import compat
 
 
 def _group_of(module: FSDPModule):
@@ -38,7 +36,7 @@ def _group_of(module: FSDPModule):
 
 def supported(group) -> bool:
     """Whether ``group`` is a 1-rank FSDP2 param group whose unshard this module can batch."""
-    if alloc_storage is None or group is None or not group.fsdp_params:
+    if not compat.fsdp_one_rank_unshard_available() or group is None or not group.fsdp_params:
         return False
     try:
         one_rank = group._all_gather_process_group.size() == 1
@@ -55,23 +53,23 @@ def _wait_for_unshard_batched(group) -> None:
     if not group._all_gather_result:
         return  # no preceding unshard (FSDP's own early exit)
     params = group.fsdp_params
-    if any(fp.sharded_state != ShardedState.SHARDED for fp in params):
+    if any(fp.sharded_state != compat.ShardedState.SHARDED for fp in params):
         return type(group).wait_for_unshard(group)
     sources = [fp._sharded_param_data for fp in params]  # fp32, 1-D (the whole local tensor on 1 rank)
     targets = []
     for fp, src in zip(params, sources):
         fp.init_all_gather_outputs([src.numel()], [fp.param_dtype or src.dtype], 1, group.device)
         out = fp.all_gather_outputs[0]
-        alloc_storage(out)  # freed at the end of the previous backward
+        compat.alloc_storage(out)  # freed at the end of the previous backward
         targets.append(out)
-    with torch.autograd._unsafe_preserve_version_counter(tuple(targets)):
+    with compat.unsafe_preserve_version_counter(tuple(targets)):
         torch._foreach_copy_(targets, sources)
     for fp in params:
         fp.init_unsharded_param()
     group._to_unsharded()
     event = group.device_handle.Event()
     event.record()
-    group._wait_all_gather_streams_on_event(event)
+    compat.wait_all_gather_streams_on_event(group, event)
     group._all_gather_result = None
 
 
