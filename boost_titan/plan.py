@@ -1,6 +1,13 @@
 """Rank parallel layouts for a flavor on one node by PREDICTED throughput, among those that fit in memory.
 
     python -m boost_titan.plan --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--microbatch 1] [--seq 4096] [--top 12]
+    python -m boost_titan.plan --flavor 13B --gpus-per-node 8 --nodes 4 --global-batch 128
+
+Several nodes (``--nodes``): a tp group stays inside a node; each collective runs on what its group
+spans, NVLink inside a node or the InfiniBand NICs of its ranks across nodes (``comm_model.Cluster``:
+ranks tp-innermost, then dp, then pp), and the column ``crosses`` names the dimensions that cross the
+network. ``--global-batch`` fixes the sequences per step (strong scaling): each layout's local batch is
+``global / dp``.
 
 A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``budget`` | ``lowrank`` | ``full``), with
 ``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4) and
@@ -87,11 +94,19 @@ class Layout:
     strategy: str
     tp: int
     pp: int
-    dp: int
+    dp: int  # data-parallel ranks in all (FSDP: dp shards; HSDP: dp / rep shards, each replicated rep times)
     ac: str
+    rep: int = 1  # HSDP: replicas (torchtitan's data_parallel_replicate_degree), sharded inside a node
+
+    @property
+    def shard(self) -> int:
+        return self.dp // self.rep
 
 
-def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8) -> list[Layout]:
+def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8, gpus_per_node: int | None = None) -> list[Layout]:
+    # max_tp: the GPUs of one node (a tp group never spans nodes: every TP collective would cross the network).
+    # gpus_per_node below gpus (several nodes): each FSDP layout without pipeline stages also as HSDP,
+    # sharded over the node's GPUs and replicated across the nodes
     """Every valid layout: the strategy fits the family, tp divides what it shards, pp divides the layers."""
     out = []
     lowrank = args.attn_rank > 0
@@ -104,8 +119,11 @@ def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8) -> list[Layout]:
             except ValueError:
                 continue
             for pp in (p for p in (1, 2, 4, 8, 16) if (gpus // tp) % p == 0 and args.n_layers % p == 0):
+                dp = gpus // (tp * pp)
+                shard = (gpus_per_node or gpus) // tp
+                reps = [1] + ([dp // shard] if pp == 1 and shard > 1 and dp > shard and dp % shard == 0 else [])
                 for ac in ("none", "budget", "lowrank", "full") if lowrank else ("none", "budget", "full"):
-                    out.append(Layout(strategy, tp, pp, gpus // (tp * pp), ac))
+                    out += [Layout(strategy, tp, pp, dp, ac, rep) for rep in reps]
     return out
 
 
@@ -134,7 +152,7 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision, ONE_RANK_WRAPPER_BYTES); one GPU
     # alone uses torchtitan's autocast, which keeps no copies
     wrapped = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
-    states = 16 * params / layout.dp + (ONE_RANK_WRAPPER_BYTES * params if wrapped else 0)
+    states = 16 * params / layout.shard + (ONE_RANK_WRAPPER_BYTES * params if wrapped else 0)
     microbatch = microbatch_of(layout, batch, microbatch)
     inflight = min(layout.pp, batch // microbatch) if layout.pp > 1 else 1
     tokens = microbatch * seq
@@ -153,17 +171,23 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     return {"params": params, "states_bytes": states, "activation_bytes": acts, "total_bytes": states + acts}
 
 
-def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1) -> str:
-    """The ``scripts/run_train.sh`` command that runs ``layout`` (compiled, as the rates were measured)."""
+def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1, nodes: int = 1) -> str:
+    """The ``scripts/run_train.sh`` command that runs ``layout`` (compiled, as the rates were measured);
+    on several nodes, the command each node runs (``scripts/multinode_trainer.slurm`` sets the variables)."""
     flags = ["--model.flavor", flavor, "--boost.tp_strategy", layout.strategy,
              "--parallelism.tensor_parallel_degree", str(layout.tp),
              "--parallelism.pipeline_parallel_degree", str(layout.pp),
-             "--parallelism.data_parallel_shard_degree", str(layout.dp),
+             "--parallelism.data_parallel_shard_degree", str(layout.shard),
+             *(["--parallelism.data_parallel_replicate_degree", str(layout.rep)] if layout.rep > 1 else []),
              "--training.local_batch_size", str(batch), "--training.seq_len", str(seq), "--compile.enable",
              *AC_FLAGS[layout.ac]]
     if layout.pp > 1:
         flags += ["--parallelism.pipeline_parallel_microbatch_size", str(microbatch_of(layout, batch, microbatch))]
-    return f"NGPU={layout.tp * layout.pp * layout.dp} ./scripts/run_train.sh " + " ".join(flags)
+    gpus = layout.tp * layout.pp * layout.dp
+    if nodes == 1:
+        return f"NGPU={gpus} ./scripts/run_train.sh " + " ".join(flags)
+    return (f"NNODES={nodes} NODE_RANK=<0..{nodes - 1}> RDZV_ENDPOINT=<node 0>:29500 NGPU={gpus // nodes} "
+            "./scripts/run_train.sh " + " ".join(flags))
 
 
 def _budget(layout: Layout) -> tuple[float, float]:
@@ -183,11 +207,20 @@ def _layer_tp_calls(strategy: str, args: TransformerArgs, tp: int, microbatch: i
     return _CALLS[key]
 
 
-def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None, microbatch: int = 1) -> dict:
-    """Predicted seconds per step on one rank: compute, exposed communication, pipeline bubble."""
+def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None, microbatch: int = 1,
+              cluster=None) -> dict:
+    """Predicted seconds per step on one rank: compute, exposed communication, pipeline bubble.
+    ``link``: one interconnect for every collective; ``cluster`` (comm_model.Cluster): each group's own
+    (NVLink inside a node, the network across nodes)."""
     from boost_titan.bench import comm_model
 
-    link = link or comm_model.H200_NODE
+    if cluster is not None:
+        tp_link = cluster.link(layout.tp, 1)
+        dp_link = cluster.link(layout.shard, layout.tp)
+        rep_link = cluster.link(layout.rep, layout.tp * layout.shard)
+        pp_link = cluster.p2p_link(layout.pp, layout.tp * layout.dp)
+    else:
+        tp_link = dp_link = pp_link = rep_link = link or comm_model.H200_NODE
     rates = MEASURED_TFLOPS[layout.strategy]
     rate_tp = min(rates, key=lambda t: (abs(t - layout.tp), -t))  # nearest measured tp
     tflops = rates[rate_tp] * 1e12
@@ -196,34 +229,50 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
     mb_compute *= _budget(layout)[1] if layout.ac == "budget" else AC_TIME[layout.ac]
     calls = _layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq)
-    mb_comm = comm_model.tp_seconds(list(calls), layout.tp, link) * (args.n_layers // layout.pp)
+    mb_comm = comm_model.tp_seconds(list(calls), layout.tp, tp_link) * (args.n_layers // layout.pp)
     if layout.pp > 1:
         p2p = 2 * math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))  # bf16
-        step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, link)
+        step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, pp_link)
     else:
         step = m * (mb_compute + mb_comm)
     compute = m * mb_compute
-    fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.dp, link,
+    fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.shard, dp_link,
                                    groups=args.n_layers // layout.pp + 2)
+    if layout.rep > 1:  # HSDP: the reduce-scattered fp32 gradient shard all-reduced across the replicas
+        fsdp += comm_model.collective_seconds("all_reduce", 4 * stage_params(args, layout.tp, layout.pp)
+                                              / layout.shard, layout.rep, rep_link)
     step += max(0.0, fsdp - compute)
     return {"compute_s": compute, "tp_comm_s": m * mb_comm, "fsdp_s": fsdp, "step_s": step,
             "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
 
 
 def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
-         microbatch: int = 1) -> list[dict]:
+         microbatch: int = 1, nodes: int = 1, global_batch: int | None = None) -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
-    (tokens/s per GPU: layouts with more data parallelism process more tokens per step)."""
+    (tokens/s per GPU: layouts with more data parallelism process more tokens per step).
+
+    ``gpus`` per node, on ``nodes`` nodes (a tp group stays inside a node; the column ``crosses`` names
+    the dimensions whose collectives cross the network). ``global_batch`` (sequences per step): each
+    layout's local batch is ``global_batch / dp`` (strong scaling; a layout whose dp does not divide it,
+    or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``."""
+    from boost_titan.bench.comm_model import Cluster
+
+    cluster = Cluster(nodes=nodes, gpus_per_node=gpus)
     args = FLAVORS[flavor].replace(max_seq_len=seq)
     rows = []
-    for layout in layouts(args, gpus):
-        mem = memory(args, layout, batch, seq, microbatch)
-        t = step_time(args, layout, batch, seq, microbatch=microbatch)
+    for layout in layouts(args, cluster.gpus, max_tp=gpus, gpus_per_node=gpus if nodes > 1 else None):
+        local = batch if global_batch is None else global_batch // layout.dp
+        if global_batch is not None and (global_batch % layout.dp or (layout.pp > 1 and local % microbatch)):
+            continue
+        mem = memory(args, layout, local, seq, microbatch)
+        t = step_time(args, layout, local, seq, microbatch=microbatch, cluster=cluster)
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
-                     "ac": layout.ac, "mem_gib": mem["total_bytes"] / GiB,
+                     "ac": layout.ac, "rep": layout.rep, "batch": local, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= HEADROOM * gpu_mem_gib * GiB, "step_s": t["step_s"],
-                     "tokens_per_s_gpu": batch * seq * layout.dp / t["step_s"] / gpus,
-                     "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "rate": t["rate"]})
+                     "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
+                     "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "fsdp_s": t["fsdp_s"],
+                     "crosses": ",".join(cluster.crossing(layout.tp, layout.shard, layout.pp, layout.rep)) or "-",
+                     "rate": t["rate"]})
     return sorted(rows, key=lambda r: (not r["fits"], -r["tokens_per_s_gpu"]))
 
 
@@ -232,23 +281,33 @@ def main(argv=None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--flavor", default="7B")
-    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node (--gpus-per-node is the same option)")
+    p.add_argument("--gpus-per-node", type=int, dest="gpus")
+    p.add_argument("--nodes", type=int, default=1, help="nodes, joined by 400 Gb/s InfiniBand (comm_model.NDR_IB)")
     p.add_argument("--gpu-mem", type=float, default=139.0, help="GiB per GPU (H200: 139 usable)")
     p.add_argument("--batch", type=int, default=4, help="local batch: sequences per data-parallel rank")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per step over all ranks (strong scaling): each layout's local batch is "
+                        "global / dp, instead of --batch")
     p.add_argument("--microbatch", type=int, default=1,
                    help="pipeline layouts: sequences per microbatch (BOOST: 4); must divide --batch")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--out", default=None, help="also write <out>.json and <out>.md (every layout)")
     a = p.parse_args(argv)
-    if a.microbatch < 1 or a.batch % a.microbatch:
+    if a.microbatch < 1 or (a.global_batch is None and a.batch % a.microbatch):
         p.error(f"--microbatch {a.microbatch} must be a positive divisor of --batch {a.batch}")
-    rows = plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch)
+    if a.nodes < 1 or a.gpus < 1:
+        p.error(f"--nodes {a.nodes} and --gpus {a.gpus} must be positive")
+    rows = plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch, a.nodes, a.global_batch)
     fitting = [r for r in rows if r["fits"]]
     pipe = f", pipeline microbatch {a.microbatch}" if a.microbatch > 1 else ""
-    print(f"{a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, local batch {a.batch} x {a.seq}{pipe}: "
-          f"{len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.plan --help)")
-    cols = ["strategy", "tp", "pp", "dp", "ac", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s", "rate"]
+    where = f"{a.gpus} GPUs" if a.nodes == 1 else f"{a.nodes} nodes x {a.gpus} GPUs"
+    batch = f"local batch {a.batch}" if a.global_batch is None else f"global batch {a.global_batch}"
+    title = f"{a.flavor} on {where} of {a.gpu_mem:g} GiB, {batch} x {a.seq}{pipe}"
+    print(f"{title}: {len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.plan --help)")
+    cols = ["strategy", "tp", "pp", "dp", "rep", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s",
+            "crosses", "rate"]
     rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     if a.out:
         import shlex
@@ -257,14 +316,15 @@ def main(argv=None) -> None:
         from boost_titan.bench.common import env_info, write_results
 
         meta = {**env_info("cpu"), "command": shlex.join(["python", "-m", "boost_titan.plan", *(sys.argv[1:] if argv is None else argv)])}
-        write_results(a.out, rounded, meta, f"PREDICTED layouts: {a.flavor} on {a.gpus} GPUs of {a.gpu_mem:g} GiB, "
-                      f"local batch {a.batch} x {a.seq}{pipe}", columns=cols + ["fits"],
+        write_results(a.out, rounded, meta, f"PREDICTED layouts: {title}", columns=cols + ["fits"],
                       notes="Every number is a prediction; how it is made: `python -m boost_titan.plan --help`.")
     print_table([r for r in rounded if r["fits"]][:a.top], cols)
     if fitting:
-        best = Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac")))
+        best = Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")))
         print(f"run the first one (add a config file and the job's other settings):\n  "
-              f"{train_command(a.flavor, best, a.batch, a.seq, a.microbatch)}")
+              f"{train_command(a.flavor, best, fitting[0]['batch'], a.seq, a.microbatch, a.nodes)}")
+        if a.nodes > 1:
+            print("  or: sbatch --nodes", a.nodes, "--gpus-per-task", a.gpus, "scripts/multinode_trainer.slurm <the flags>")
 
 
 if __name__ == "__main__":

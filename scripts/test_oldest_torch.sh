@@ -13,4 +13,6 @@ python -c "import torch; assert torch.__version__.startswith('$OLDEST'), torch._
 python -m pytest -q tests/test_tp_parity.py tests/test_rmsnorm.py tests/test_activation_checkpoint.py \
   tests/test_comm_accounting.py tests/test_comm_model.py tests/test_mixed_precision.py tests/test_examples.py \
   tests/test_emulate_stages.py tests/test_float8.py tests/test_local_shards.py tests/test_torchtitan_e2e.py \
-  tests/test_overlap.py tests/test_compat.py -k "not fused_cross_entropy"  # the fused loss is plain autograd: once, on the newest torch
+  tests/test_overlap.py tests/test_compat.py -k "not fused_cross_entropy and not hf_export and not two_nodes"
+# once, on the newest torch: the fused loss (plain autograd), the HF export / import and the two-node launch
+# through the loop (launcher and adapter code; the HF save also ran on 2.11 on the GPU box)

@@ -137,3 +137,79 @@ def test_train_command_runs_the_layout():
 
     flags = plan.train_command("debugmodel", plan.Layout("btp", 2, 1, 1, "budget"), batch=2, seq=64).split()[2:]
     assert problems(["--job.config_file", "train_configs/debug_cpu.toml", *flags], 2) == []
+
+
+# ---- several nodes -------------------------------------------------------------------------------
+def test_cluster_links_by_hand():
+    """Ranks tp-innermost, then dp, then pp: a group inside a node runs on NVLink; across nodes on the
+    NICs of its ranks on each node (47 GB/s each, α 20 µs), never above NVLink's bus bandwidth."""
+    two = comm_model.Cluster(nodes=2, gpus_per_node=8)
+    assert two.link(8, 1) is comm_model.H200_NODE  # tp 8 inside a node
+    assert two.link(2, 4) is comm_model.H200_NODE  # dp 2 at stride 4: ranks 0 and 4, one node
+    one_nic = two.link(2, 8)  # dp 2 at stride 8 (tp 8): one GPU, so one NIC, per node
+    assert (one_nic.alpha_s, one_nic.bus_bw) == (20e-6, 47e9)
+    assert two.link(4, 4).bus_bw == 2 * 47e9  # dp 4 at stride 4: ranks 0, 4 | 8, 12: two per node
+    assert two.link(16, 1).bus_bw == 370e9  # all 16: 8 NICs a node (376 GB/s) > NVLink's 370
+    assert two.crossing(tp=8, dp=2, pp=1) == ["dp"]
+    assert two.crossing(tp=4, dp=2, pp=1) == []
+    assert comm_model.Cluster(nodes=2, gpus_per_node=4).crossing(tp=4, dp=1, pp=2) == ["pp"]
+    half = comm_model.Cluster(2, 8, network=comm_model.Network(nics_per_gpu=0.5))  # one NIC per two GPUs
+    assert half.link(2, 8).bus_bw == 0.5 * 47e9
+
+
+def test_multinode_step_time_by_hand(monkeypatch):
+    """FSDP across two nodes pays the network (exposed beyond compute); a pipeline whose stages sit on
+    two nodes sends its activations over one NIC."""
+    args = FLAVORS["7B"]
+    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {8: 400.0, 4: 400.0}})
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
+    two = comm_model.Cluster(nodes=2, gpus_per_node=8)
+    t = plan.step_time(args, plan.Layout("btp", 8, 1, 2, "none"), batch=1, seq=4096, cluster=two)
+    params = plan.stage_params(args, 8, 1)
+    ag = 1 / 2 * params * 2 / 47e9  # all-gather of bf16 weights over 2 ranks, one NIC each
+    rs = 1 / 2 * params * 4 / 47e9  # reduce-scatter of fp32 gradients
+    fsdp = 2 * ag + rs + 3 * (32 + 2) * 20e-6  # gathered again in backward; one α per unit and collective
+    assert t["fsdp_s"] == pytest.approx(fsdp)
+    compute = flops_per_token(args, 4096) * 4096 / 8 / 400e12
+    assert t["step_s"] == pytest.approx(compute + max(0.0, fsdp - compute))
+
+    nodes4 = comm_model.Cluster(nodes=2, gpus_per_node=4)
+    t = plan.step_time(args, plan.Layout("btp", 4, 2, 1, "none"), batch=4, seq=4096, cluster=nodes4)
+    slot = flops_per_token(args, 4096) * 4096 / 8 / 400e12
+    p2p = 2 * 4096 * 1024  # one sequence of the d-sharded stream in bf16
+    assert t["step_s"] == pytest.approx(5 * (slot + 2 * (20e-6 + p2p / 47e9)))
+
+
+def test_multinode_plan_rows_and_command():
+    rows = plan.plan("7B", gpus=8, nodes=2, global_batch=32)
+    assert {r["tp"] * r["pp"] * r["dp"] for r in rows} == {16}
+    assert all(r["tp"] <= 8 and r["batch"] * r["dp"] == 32 for r in rows)  # strong scaling: global / dp
+    assert {r["crosses"] for r in rows if r["tp"] == 8 and r["pp"] == 1} == {"dp"}
+    assert {r["crosses"] for r in rows if r["tp"] == 8 and r["pp"] == 2} == {"pp"}
+    layout = plan.Layout("btp", 4, 1, 4, "none")
+    cmd = plan.train_command("7B", layout, batch=8, seq=4096, nodes=2)
+    assert cmd.startswith("NNODES=2 NODE_RANK=<0..1> RDZV_ENDPOINT=<node 0>:29500 NGPU=8 ./scripts/run_train.sh ")
+    assert "--parallelism.data_parallel_shard_degree 4" in cmd
+    # one node: the same numbers as before (no network)
+    single = plan.plan("7B", gpus=8)
+    assert single[0]["crosses"] == "-"
+
+
+def test_hsdp_by_hand(monkeypatch):
+    """HSDP across nodes: FSDP inside each node (NVLink), the fp32 gradient shard all-reduced across the
+    replicas (one GPU per node in each replica group: one NIC); model states sharded over the node only."""
+    args = FLAVORS["7B"]
+    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {2: 400.0}})
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
+    two = comm_model.Cluster(nodes=2, gpus_per_node=8)
+    hsdp = plan.Layout("btp", 2, 1, 8, "none", rep=2)  # tp 2 x shard 4 inside a node, 2 replicas
+    assert hsdp in plan.layouts(args, 16, gpus_per_node=8)
+    params = plan.stage_params(args, 2, 1)
+    t = plan.step_time(args, hsdp, batch=4, seq=4096, cluster=two)
+    nvlink = comm_model.fsdp_seconds(params, 4, comm_model.H200_NODE, groups=34)
+    all_reduce = 20e-6 + 2 * 1 / 2 * (4 * params / 4) / 47e9
+    assert t["fsdp_s"] == pytest.approx(nvlink + all_reduce)
+    assert plan.memory(args, hsdp, 4, 4096)["states_bytes"] == 16 * params / 4
+    assert two.crossing(tp=2, dp=4, pp=1, rep=2) == ["rep"]
+    cmd = plan.train_command("7B", hsdp, batch=4, seq=4096, nodes=2)
+    assert "--parallelism.data_parallel_shard_degree 4 --parallelism.data_parallel_replicate_degree 2" in cmd

@@ -64,6 +64,7 @@ class Spec:
     resume_from: str | None = None  # start from this run's checkpoint (runs after it) ...
     resume_step: int | None = 15  # ... its step-15, or None: its whole checkpoint folder (the latest wins)
     hf_import_from: str | None = None  # load the weights of this run's last (Hugging Face) save first
+    nodes: int = 1  # > 1: that many run_train.sh launchers of ngpu ranks each, one c10d rendezvous (localhost)
 
     @property
     def source(self) -> str | None:
@@ -149,6 +150,9 @@ SPECS: dict[str, Spec] = {
                                    cost=14, hf_import_from="hf_export_fullrank"),
     "err_hf_save": Spec(1, tiny("--checkpoint.enable", "--checkpoint.last_save_in_hf"), cost=10,
                         expect_failure=True),  # the config's full last save: HF saves are weights only
+    # the same layouts as dp2_tp2 and pp_1F1B, launched as 2 nodes x 2 ranks (tests/test_multinode.py)
+    "nodes2_tp2_fsdp2": Spec(2, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), nodes=2, cost=40),
+    "nodes2_tp2_pp2": Spec(2, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2"), nodes=2, cost=40),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -204,18 +208,43 @@ def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> R
     env = {k: v for k, v in os.environ.items() if k not in ("COMM_MODE", "TRAIN_FILE")}
     env.update(NGPU=str(spec.ngpu), LOG_RANK=str(spec.log_rank), CONFIG_FILE=str(CONFIG))
     cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args, *extra]
+    nodes = [{}] if spec.nodes == 1 else [
+        {"NNODES": str(spec.nodes), "NODE_RANK": str(i), "RDZV_ENDPOINT": endpoint, "RDZV_ID": name}
+        for endpoint in [f"127.0.0.1:{_free_port()}"] for i in range(spec.nodes)]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # own process group: killable as a whole
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        out += f"\n[test] killed after {TIMEOUT_S} s"
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env={**env, **node}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)  # own process group: killable as a whole
+             for node in nodes]
+    logs, codes = [], []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, TIMEOUT_S - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            out += f"\n[test] killed after {TIMEOUT_S} s"
+        logs.append(_ANSI.sub("", out))
+        codes.append(proc.returncode)
     dump.mkdir(parents=True, exist_ok=True)
-    (dump / "run.log").write_text(out)  # for debugging a failed comparison
-    return Result(name, proc.returncode, _ANSI.sub("", out), dump, time.monotonic() - start)
+    for i, log in enumerate(logs):
+        (dump / f"run{i if len(logs) > 1 else ''}.log").write_text(log)  # for debugging a failed comparison
+    # several nodes: the log of the node whose local rank LOG_RANK printed the losses (pipeline: the last stage's)
+    log = next((log for log in logs if _losses_positive(log)), logs[0])
+    code = next((c for c in codes if c != 0), 0) if None not in codes else None
+    return Result(name, code, log, dump, time.monotonic() - start)
+
+
+def _losses_positive(log: str) -> bool:
+    losses = [float(m.group(2)) for line in log.splitlines() if "[titan]" in line and (m := _STEP.search(line))]
+    return bool(losses) and min(losses) > 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class RunPool:
@@ -305,6 +334,9 @@ def _runs_for(item) -> list[str]:
         return ["ckpt_short", "resume_short"]
     if name == "test_float8_tracks_fp32":
         return ["tp1", "tp1_fp8", "tp2_fp8"]
+    if name == "test_two_nodes_match_one_node":
+        layout = params.get("layout", "tp2_fsdp2")
+        return [f"nodes2_{layout}", {"tp2_fsdp2": "dp2_tp2", "tp2_pp2": "pp_1F1B"}[layout]]
     if name == "test_clear_errors":
         return ["err_fullrank", "err_flavor", "err_hf_save"]
     if name == "test_hf_export_and_import_through_the_loop":
@@ -568,3 +600,14 @@ def test_hf_export_and_import_through_the_loop(runs, family):
                           "none", "--prompt", "1 2 3", "--max-new-tokens", "4"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and len(out.stdout.strip().splitlines()[-1].split()) == 7, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layout", ["tp2_fsdp2", "tp2_pp2"])
+def test_two_nodes_match_one_node(runs, layout):
+    """Two run_train.sh launchers as 2 nodes x 2 gloo ranks (NNODES, NODE_RANK, one c10d rendezvous
+    endpoint): btp tp 2 inside each node x FSDP across the two, and tp 2 x pp 2 with the stages on
+    different nodes, give the per-step losses of the same layout launched as one 4-rank node."""
+    one_node = {"tp2_fsdp2": "dp2_tp2", "tp2_pp2": "pp_1F1B"}[layout]
+    two = runs.get(f"nodes2_{layout}")
+    assert_curves_close(two.losses(), runs.get(one_node).losses(), range(1, 11), RTOL,
+                        f"{layout}: 2 nodes x 2 ranks vs 1 node x 4")

@@ -10,11 +10,14 @@ rank after start-up. Everything checked here is checked again where it is used (
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 
-def problems(argv: list[str], world_size: int) -> list[str]:
-    """The config's problems, in the order a run would hit them (empty: fine)."""
+def problems(argv: list[str], world_size: int, nodes: int = 1, node_rank: str = "0",
+             rdzv_endpoint: str = "") -> list[str]:
+    """The config's problems, in the order a run would hit them (empty: fine). ``world_size`` counts
+    the ranks of all ``nodes`` (NGPU ranks each)."""
     import torchtitan_ext  # noqa: F401  (registers the family and the [boost] section)
     from torchtitan.config import ConfigManager
 
@@ -35,10 +38,12 @@ def problems(argv: list[str], world_size: int) -> list[str]:
     tp, pp, cp, rep = (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree,
                        par.data_parallel_replicate_degree)
     shard = par.data_parallel_shard_degree
+    out += node_problems(nodes, node_rank, rdzv_endpoint, world_size, tp)
+    ranks = "NGPU" if nodes == 1 else f"NGPU·NNODES = {world_size // nodes}·{nodes}"
     if shard == -1 and world_size % (tp * pp * cp * rep):
-        out.append(f"NGPU={world_size} is not divisible by tp·pp·cp·dp_replicate = {tp * pp * cp * rep}")
+        out.append(f"{ranks}={world_size} is not divisible by tp·pp·cp·dp_replicate = {tp * pp * cp * rep}")
     elif shard != -1 and shard * tp * pp * cp * rep != world_size:
-        out.append(f"NGPU={world_size} != dp_shard·tp·pp·cp·dp_replicate = {shard * tp * pp * cp * rep}")
+        out.append(f"{ranks}={world_size} != dp_shard·tp·pp·cp·dp_replicate = {shard * tp * pp * cp * rep}")
     try:
         check_tp(job.boost.tp_strategy, args, tp)
     except ValueError as e:
@@ -74,11 +79,30 @@ def problems(argv: list[str], world_size: int) -> list[str]:
             out.append(str(e))
     out += hf_checkpoint_problems(job, args)
     launcher = os.environ.get("BOOST_LAUNCHER_PID")  # run_train.sh's pid, which becomes torchrun's
-    if not out and job.checkpoint.enable and launcher:
+    if not out and job.checkpoint.enable and launcher and node_rank == "0":  # one claim per run: node 0's
         from torchtitan_ext.faults import claim_checkpoint_folder
 
         held = claim_checkpoint_folder(os.path.join(job.job.dump_folder, job.checkpoint.folder), int(launcher))
         out += [held] if held else []
+    return out
+
+
+def node_problems(nodes: int, node_rank: str, rdzv_endpoint: str, world_size: int, tp: int) -> list[str]:
+    """Several nodes: the rendezvous settings every node needs, and no tp group across two nodes."""
+    if nodes < 1:
+        return [f"NNODES={nodes} must be at least 1"]
+    if nodes == 1:
+        return []
+    out = []
+    per_node = world_size // nodes
+    if not (node_rank.isdigit() and int(node_rank) < nodes):
+        out.append(f"NNODES={nodes} needs NODE_RANK=0..{nodes - 1} on each node (got {node_rank!r})")
+    if not re.fullmatch(r"[^:\s]+:\d+", rdzv_endpoint):
+        out.append(f"NNODES={nodes} needs RDZV_ENDPOINT=host:port, node 0's address and a free port, the same on "
+                   f"every node (got {rdzv_endpoint!r})")
+    if per_node % tp:
+        out.append(f"tensor_parallel_degree={tp} must divide the ranks per node NGPU={per_node}: a tp group "
+                   "would span nodes, and every TP collective would cross the network")
     return out
 
 
@@ -125,9 +149,11 @@ def main() -> int:
     from torchtitan.tools.logging import init_logger
 
     init_logger()
-    world_size = int(os.environ.get("NGPU", "1"))
+    nodes = int(os.environ.get("NNODES") or 1)
+    world_size = int(os.environ.get("NGPU", "1")) * nodes
     try:
-        found = problems(sys.argv[1:], world_size)
+        found = problems(sys.argv[1:], world_size, nodes, os.environ.get("NODE_RANK", "0"),
+                         os.environ.get("RDZV_ENDPOINT", ""))
     except (ValueError, FileNotFoundError, SystemExit) as e:  # a config that does not even parse
         found = [str(e) or "the command line could not be parsed (see above)"]
     for problem in found:

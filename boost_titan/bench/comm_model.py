@@ -33,6 +33,24 @@ Which time is exposed (on the critical path of the step):
   the step's compute is exposed.
 * Pipeline parallelism (1F1B, ``m`` microbatches, ``p`` stages): the step takes ``m + p − 1`` stage
   slots instead of ``m`` (the bubble), plus one activation send each way per slot.
+
+Several nodes (:class:`Cluster`): torchtitan numbers ranks with tp innermost, then dp, then pp, so a
+group of ``k`` ranks ``stride`` apart (tp: stride 1; FSDP: stride tp; pipeline neighbours: stride
+tp·dp) either lies inside one node (NVLink, as above) or spans nodes. Across nodes NCCL's ring enters
+and leaves every node once per channel, and with one 400 Gb/s NIC per GPU (rail-optimised H100 /
+H200 nodes) its channels spread over the NICs of the group's ranks on each node: the ring's bus
+bandwidth is ``min(NVLink bus_bw, NICs used per node × NIC bandwidth)`` (NCCL's ring keeps every
+NIC busy at once; e.g. tp 8 inside the node leaves each dp group one GPU, so one NIC, per node), and
+its latency the network's:
+
+* ``nic_bw`` 47 GB/s: one NDR 400 Gb/s InfiniBand NIC under NCCL ("For NDR @ 400Gbps you should see
+  46-48GB/s per NIC", an NCCL maintainer, NVIDIA/nccl-tests#290); the same rule gives 100 GB/s for 8
+  A100s with 4 HDR NICs, where users measure 85–96 (NVIDIA/nccl-tests#119).
+* ``alpha_s`` 20 µs: an 8-byte all-reduce between two nodes (nccl-tests prints 19–20 µs, A100, HDR;
+  NVIDIA/nccl-tests#150).
+
+No rail-crossing (PXN), SHARP or congestion from other jobs is modelled; pipeline sends between
+nodes are point-to-point at one NIC's bandwidth.
 """
 
 from __future__ import annotations
@@ -50,6 +68,65 @@ class Interconnect:
 
 
 H200_NODE = Interconnect()
+
+
+@dataclass(frozen=True)
+class Network:
+    """Between nodes: ``nics_per_gpu`` NICs of ``nic_bw`` per GPU (0.5: one NIC per two GPUs)."""
+
+    alpha_s: float = 20e-6
+    nic_bw: float = 47e9
+    nics_per_gpu: float = 1.0
+    name: str = "400 Gb/s NDR InfiniBand, one NIC per GPU, NCCL ring"
+
+
+NDR_IB = Network()
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``nodes`` nodes of ``gpus_per_node`` GPUs: NVLink inside (``node``), ``network`` between them."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    node: Interconnect = H200_NODE
+    network: Network = NDR_IB
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def nodes_spanned(self, ranks: int, stride: int) -> int:
+        """How many nodes a group of ``ranks`` ranks, ``stride`` apart (from rank 0), touches."""
+        return len({(i * stride) // self.gpus_per_node for i in range(ranks)})
+
+    def link(self, ranks: int, stride: int) -> Interconnect:
+        """What a collective over that group runs on: NVLink inside one node, else the NICs of its ranks."""
+        spanned = self.nodes_spanned(ranks, stride)
+        if spanned <= 1:
+            return self.node
+        per_node = ranks // spanned  # the group's ranks on each node
+        nics = per_node * self.network.nics_per_gpu
+        return Interconnect(self.network.alpha_s, min(self.node.bus_bw, nics * self.network.nic_bw),
+                            f"{spanned} nodes x {per_node} GPUs: {self.network.name}")
+
+
+    def p2p_link(self, stages: int, stride: int) -> Interconnect:
+        """Pipeline sends between neighbouring stages ``stride`` ranks apart: one GPU's NIC(s) once any
+        two neighbours sit on different nodes (1F1B's slots wait for the slowest send)."""
+        if self.nodes_spanned(stages, stride) <= 1:
+            return self.node
+        bw = min(self.node.bus_bw, self.network.nics_per_gpu * self.network.nic_bw)
+        return Interconnect(self.network.alpha_s, bw, f"pipeline sends over {self.network.name}")
+
+    def crossing(self, tp: int, dp: int, pp: int, rep: int = 1) -> list[str]:
+        """The parallel dimensions whose groups span nodes (ranks: tp innermost, then the dp shards,
+        the HSDP replicas, then pp); ``dp``: the shard degree."""
+        groups = {"tp": (tp, 1), "dp": (dp, tp), "rep": (rep, tp * dp), "pp": (pp, tp * dp * rep)}
+        return [dim for dim, (k, stride) in groups.items() if k > 1 and self.nodes_spanned(k, stride) > 1]
+
+
+ONE_NODE = Cluster()
 
 # The rate of the weight-gradient GEMMs that run beside a backward collective: 7B tp 4's dW GEMMs ran
 # at 600–620 TFLOP/s on the H200 at b 1 (docs/results/gemm_ops_7b_tp4.md, `model` rows), measured alone.
