@@ -136,3 +136,18 @@ def test_generate_script_on_an_export(tmp_path):
     assert [int(t) for t in printed] == expected
     bad = subprocess.run([*cmd[:2], str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("generate: ") and len(bad.stderr.splitlines()) == 1
+
+
+def test_a_pipeline_stage_converts_only_its_own_keys():
+    """A last pipeline stage holds layers and the (tied) lm_head but no embedding: its lm_head stands for
+    ``model.embed_tokens.weight`` both ways; ``keys`` limits the import to the stage's parameters."""
+    from boost_titan.hf import from_hf, to_hf
+
+    args = CASES["cola_gqa_tied"]
+    full = _model(args).state_dict()
+    stage = {k: v for k, v in full.items() if k.startswith(("layers.1.", "norm.", "output."))}
+    hf = to_hf(stage, args)
+    assert "model.embed_tokens.weight" in hf and "lm_head.weight" not in hf
+    assert all(k.startswith(("model.layers.1.", "model.norm.", "model.embed_tokens.")) for k in hf)
+    back = from_hf(hf, args, keys=list(stage))
+    assert set(back) == set(stage) and all(torch.equal(back[k], stage[k]) for k in stage)
