@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OLDEST=2.11.0
 # torchtitan's loop on the oldest torch: one run of each parallelism (tp, FSDP x tp, pp x tp, compile, compiled
-# checkpointing, checkpoint + resume, bf16 without FSDP, float8). The newest torch runs every variant, and
+# checkpointing, checkpoint + resume). The newest torch runs every variant (bf16 and float8 included), and
 # what is plain autograd or launcher / adapter code (the fused loss, HF export / import, two nodes) only there.
 E2E_NEWEST_ONLY="sync or ungrouped or Interleaved or ac_full or ac_selective or tied or default_configs"
 E2E_NEWEST_ONLY="$E2E_NEWEST_ONLY or lowrank_checkpoint_composes or clear_errors or main_job or fullrank"
-E2E_NEWEST_ONLY="$E2E_NEWEST_ONLY or compile_budget or pp2_bf16 or hf_export or two_nodes"
+E2E_NEWEST_ONLY="$E2E_NEWEST_ONLY or compile_budget or bf16 or float8 or hf_export or two_nodes"
 python3 -m venv .venv-torch2.11
 . .venv-torch2.11/bin/activate
 pip install -q torch==$OLDEST -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
