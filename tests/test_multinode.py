@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from test_torchtitan_e2e import COMMON, CONFIG, ROOT, RUN_TRAIN, TP2, _free_port, tiny
+from dist import _free_port
+from test_torchtitan_e2e import COMMON, CONFIG, ROOT, RUN_TRAIN, TP2, tiny
 
 pytestmark = pytest.mark.e2e
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dist import _free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -235,14 +236,6 @@ def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> R
 def _losses_positive(log: str) -> bool:
     losses = [float(m.group(2)) for line in log.splitlines() if "[titan]" in line and (m := _STEP.search(line))]
     return bool(losses) and min(losses) > 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RunPool:
