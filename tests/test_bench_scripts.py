@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boost_titan.bench.common import (bucket, format_table, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
+from scripts.bench.common import (bucket, format_table, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
                                       trace_top_kernels, write_results)
 from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from boost_titan.bench import comm_volume
-from boost_titan.bench.comm_volume import MiB, layer_collectives, summarize
+from scripts.bench import comm_volume
+from boost_titan.planner.collectives import MiB, layer_collectives, summarize
 from boost_titan.compat import checkpoint_wrapper
 from boost_titan.models import FLAVORS
 
@@ -113,7 +113,7 @@ def test_7b_per_layer_volume_reproduces_boost_table(capsys, tmp_path):
     comm_volume.main(["--tp", "4", "--out", str(tmp_path / "comm_volume")])
     print(capsys.readouterr().out)  # the per-layer byte table, shown with pytest -s
     written = json.loads((tmp_path / "comm_volume.json").read_text())
-    assert written["meta"]["command"] == "python -m boost_titan.bench.comm_volume --tp 4 --out " + str(tmp_path / "comm_volume")
+    assert written["meta"]["command"] == "python -m scripts.bench.comm_volume --tp 4 --out " + str(tmp_path / "comm_volume")
     rows = {r["strategy"]: r for r in written["rows"]}
     assert (rows["vanilla"]["fwd_count"], rows["vanilla"]["fwd_MiB"], rows["vanilla"]["bwd_MiB"]) == (7, 1328, 728)
     assert (rows["btp (online norm)"]["fwd_count"], rows["btp (online norm)"]["fwd_MiB"]) == (4, 224.125)

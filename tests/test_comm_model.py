@@ -2,9 +2,9 @@
 
 import pytest
 
-from boost_titan.bench import comm_model
-from boost_titan.bench.comm_model import Interconnect, collective_seconds
-from boost_titan.bench.comm_volume import Collective, model_collectives
+from boost_titan.planner import comm_model
+from boost_titan.planner.comm_model import Interconnect, collective_seconds
+from boost_titan.planner.collectives import Collective, model_collectives
 from boost_titan.models import FLAVORS
 
 LINK = Interconnect(alpha_s=10e-6, bus_bw=100e9)
@@ -41,7 +41,7 @@ def test_backward_collectives_are_issued_before_the_weight_gradient_gemm():
     flight: per 7B tp 4 layer at b 1 × 256, btp's four backward all-reduces each overlap their B
     factors' dW GEMM (2·tokens·r·d_out/t per factor), full rank's two reduce-scatters the
     column-parallel dW GEMMs; forward collectives overlap nothing."""
-    from boost_titan.bench.comm_volume import layer_collectives
+    from boost_titan.planner.collectives import layer_collectives
 
     T, tp = 256, 4
     args, dense = FLAVORS["7B"], FLAVORS["7B_fullrank"]

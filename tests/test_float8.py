@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from boost_titan.models import FLAVORS, Transformer
-from boost_titan.models import model as model_module
+from boost_titan.ops import gemm as gemm_module
 from boost_titan.models.model import Projection
 from boost_titan.ops import float8
+from boost_titan.ops.gemm import gemm
 
 pytest.importorskip("torchao.float8")
 
@@ -33,7 +34,7 @@ def test_linear_rowwise_is_three_rowwise_float8_gemms():
     x = torch.randn(2, 24, 64, generator=g).requires_grad_()
     w = (torch.randn(48, 64, generator=g) * 0.1).requires_grad_()
     dy = torch.randn(2, 24, 48, generator=g)
-    y = float8.linear(x, w, "rowwise")
+    y = gemm(x, w, float8="rowwise")
     y.backward(dy)
     x2, dy2 = x.detach().reshape(-1, 64), dy.reshape(-1, 48)
     expected = {
@@ -54,7 +55,8 @@ def test_every_projection_gemm_is_float8(rank, grouped, monkeypatch):
     """Each GEMM of a projection (A factors, B factors or dense W's, GQA's unequal outputs included)
     goes through the float8 path, and the outputs equal the fp64 composition of rowwise-quantised GEMMs."""
     calls = []
-    monkeypatch.setattr(model_module, "linear", lambda x, w, recipe: calls.append(recipe) or float8.linear(x, w, recipe))
+    monkeypatch.setattr(gemm_module, "float8_linear",
+                        lambda x, w, recipe: calls.append(recipe) or float8.float8_linear(x, w, recipe))
     torch.manual_seed(0)
     proj = Projection(64, [64, 32, 32], rank, norm_eps=None, dense_std=0.1, grouped=grouped, float8="rowwise")
     for p in proj.parameters():
@@ -198,5 +200,5 @@ def test_gpu_float8_gemms_match_the_emulation(recipe):
     for name, real, emulated in zip(("y", "dx", "dw"), results[False], results[True]):
         rel = ((real - emulated).norm() / emulated.norm()).item()
         assert rel < 1e-2, f"{name}: real float8 GEMM {rel:.2e} from the emulation"
-    y_linear = float8.linear(x, w, recipe)  # the public path picks the real kernels on CUDA
+    y_linear = gemm(x, w, float8=recipe)  # the public path picks the real kernels on CUDA
     torch.testing.assert_close(y_linear.float(), results[False][0], rtol=0, atol=0)

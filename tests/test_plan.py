@@ -1,12 +1,23 @@
-"""The layout planner's arithmetic (``python -m boost_titan.plan``) against hand computations."""
+"""The layout planner's arithmetic (``python -m boost_titan.planner``) against hand computations."""
 
 import pytest
 
-from boost_titan import plan
-from boost_titan.bench import comm_model
+import dataclasses
+import types
+
 from boost_titan.models import FLAVORS
 from boost_titan.models.args import count_params, flops_per_token
-from boost_titan.parallel import check_tp
+from boost_titan.parallel import STRATEGIES, btp, check_tp
+from boost_titan.planner import comm_model
+from boost_titan.planner import predict as plan
+from boost_titan.planner.costs import StrategyCosts
+
+
+def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
+    """Give strategies other per-rank TFLOP/s in their ``PLANNER``."""
+    for name, by_tp in rates.items():
+        module = STRATEGIES[name]
+        monkeypatch.setattr(module, "PLANNER", dataclasses.replace(module.PLANNER, tflops_by_tp=by_tp))
 
 TINY = FLAVORS["tiny"]  # d 64, 2 layers, 4 heads, f 160, r 16, V 512, untied
 
@@ -58,7 +69,7 @@ def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measu
 def test_step_time_by_hand(monkeypatch):
     """Compute at the measured rate, TP collectives per layer, the 1F1B bubble, FSDP overlap."""
     args = FLAVORS["7B"]
-    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {1: 500.0, 4: 400.0}})
+    set_rates(monkeypatch, {"btp": {1: 500.0, 4: 400.0}})
     calls = [comm_model.Collective("forward", "all_reduce", (1, 4096, 3072), 2)]
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: calls)
     per_layer = comm_model.tp_seconds(calls, 4)
@@ -81,7 +92,7 @@ def test_pipeline_microbatch_by_hand(monkeypatch):
     """``microbatch`` sequences per pipeline microbatch: batch / microbatch slots' worth of work, each
     slot and each send ``microbatch`` times larger, ``min(pp, m)`` microbatches in flight; pp 1 ignores it."""
     args = FLAVORS["13B"]
-    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {4: 400.0}})
+    set_rates(monkeypatch, {"btp": {4: 400.0}})
     calls = [comm_model.Collective("forward", "all_reduce", (4, 4096, 3840), 2)]
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda strategy, a, tp, mb, seq: calls if mb == 4 else None)
     layout = plan.Layout("btp", 4, 2, 1, "none")
@@ -113,15 +124,15 @@ def test_memory_budget_layout_by_hand(monkeypatch):
     """ac = "budget" keeps 0.71 (CoLA) / 0.68 (full rank) of the activations and costs 1.027× / 1.011×
     compute (1B, b 4, measured: e2e_mb_s11.md); model states unchanged."""
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
-    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {2: 500.0}, "fullrank": {2: 600.0}})
+    set_rates(monkeypatch, {"btp": {2: 500.0}, "fullrank": {2: 600.0}})
     for flavor, strategy, keep, time in [("7B", "btp", 0.71, 1.027), ("7B_fullrank", "fullrank", 0.68, 1.011)]:
         args = FLAVORS[flavor]
         none, budget = (plan.Layout(strategy, 2, 1, 4, ac) for ac in ("none", "budget"))
         m0, m1 = plan.memory(args, none, 4, 4096), plan.memory(args, budget, 4, 4096)
         assert m1["states_bytes"] == m0["states_bytes"]
-        a_sh, a_rep = plan.ACTIVATION_D[strategy]
+        a_sh, a_rep = STRATEGIES[strategy].PLANNER.activation_d
         assert m1["activation_bytes"] == pytest.approx(keep * (a_sh / 2 + a_rep) * args.dim * 4 * 4096 * 32)
-        rate = plan.MEASURED_TFLOPS[strategy][2] * 1e12
+        rate = STRATEGIES[strategy].PLANNER.tflops_by_tp[2] * 1e12
         t1 = plan.step_time(args, budget, 4, 4096)
         assert t1["compute_s"] == pytest.approx(flops_per_token(args, 4096) * 4 * 4096 / 2 / rate * time)
 
@@ -161,7 +172,7 @@ def test_multinode_step_time_by_hand(monkeypatch):
     """FSDP across two nodes pays the network (exposed beyond compute); a pipeline whose stages sit on
     two nodes sends its activations over one NIC."""
     args = FLAVORS["7B"]
-    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {8: 400.0, 4: 400.0}})
+    set_rates(monkeypatch, {"btp": {8: 400.0, 4: 400.0}})
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
     two = comm_model.Cluster(nodes=2, gpus_per_node=8)
     t = plan.step_time(args, plan.Layout("btp", 8, 1, 2, "none"), batch=1, seq=4096, cluster=two)
@@ -199,7 +210,7 @@ def test_hsdp_by_hand(monkeypatch):
     """HSDP across nodes: FSDP inside each node (NVLink), the fp32 gradient shard all-reduced across the
     replicas (one GPU per node in each replica group: one NIC); model states sharded over the node only."""
     args = FLAVORS["7B"]
-    monkeypatch.setattr(plan, "MEASURED_TFLOPS", {"btp": {2: 400.0}})
+    set_rates(monkeypatch, {"btp": {2: 400.0}})
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
     two = comm_model.Cluster(nodes=2, gpus_per_node=8)
     hsdp = plan.Layout("btp", 2, 1, 8, "none", rep=2)  # tp 2 x shard 4 inside a node, 2 replicas
@@ -213,3 +224,22 @@ def test_hsdp_by_hand(monkeypatch):
     assert two.crossing(tp=2, dp=4, pp=1, rep=2) == ["rep"]
     cmd = plan.train_command("7B", hsdp, batch=4, seq=4096, nodes=2)
     assert "--parallelism.data_parallel_shard_degree 4 --parallelism.data_parallel_replicate_degree 2" in cmd
+
+
+def test_a_new_strategy_states_its_own_planner_parameters(monkeypatch):
+    """A strategy added to the registry alone (here btp's plan under another name, with its own
+    ``PLANNER``) is planned from its own parameters: no planner file changes."""
+    toy = types.SimpleNamespace(plan=btp.plan, sharded_sizes=btp.sharded_sizes, LOWRANK=True, STREAM=btp.STREAM,
+                                PLANNER=StrategyCosts({2: 100.0}, (30.0, 2.0)))
+    monkeypatch.setitem(STRATEGIES, "toy", toy)
+    rows = [r for r in plan.plan("7B", gpus=4) if r["strategy"] == "toy"]
+    assert {(r["tp"], r["ac"]) for r in rows if r["pp"] == 1} >= {(1, "none"), (2, "none"), (4, "none")}
+    args = FLAVORS["7B"]
+    row = next(r for r in rows if (r["tp"], r["pp"], r["ac"]) == (4, 1, "none"))
+    assert row["rate"] == "tp2 (nearest)"
+    assert row["compute_s"] == pytest.approx(flops_per_token(args, 4096) * 4 * 4096 / 4 / 100e12)
+    mem = plan.memory(args, plan.Layout("toy", 4, 1, 1, "none"), 4, 4096)
+    assert mem["activation_bytes"] == pytest.approx((30.0 / 4 + 2.0) * args.dim * 4 * 4096 * args.n_layers)
+    monkeypatch.setattr(toy, "PLANNER", None)
+    with pytest.raises(ValueError, match="tp_strategy='toy' states no planner parameters"):
+        plan.plan("7B", gpus=4)

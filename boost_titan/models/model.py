@@ -20,8 +20,7 @@ from torchtitan.protocols.model import ModelProtocol
 
 from boost_titan.ops import comm
 from boost_titan.ops.attention import attention
-from boost_titan.ops.float8 import linear
-from boost_titan.ops.gemm import matmul_nt
+from boost_titan.ops.gemm import gemm
 from boost_titan.ops.precision import upcast
 from boost_titan.ops.rmsnorm import rms_norm
 
@@ -61,8 +60,9 @@ class Projection(nn.Module):
 
     ``grouped=True`` runs the A's as one GEMM and each run of B's as one batched GEMM; ``False`` runs
     every factor on its own (same function, for the ablation). ``float8`` names a torchao float8
-    recipe for every GEMM (boost_titan.ops.float8; "none": bf16); float8 has no batched GEMM, so
-    grouped B factors then run one GEMM each, on the same strided views.
+    recipe for every GEMM (boost_titan.ops.float8; "none": bf16). Every GEMM is one call of
+    :func:`boost_titan.ops.gemm.gemm` (input, weight, the collective its input needs, the recipe),
+    which picks the kernel.
 
     The pre-norm belongs to the projection because, under bottleneck-aware TP, the norm's statistic
     travels with the A factors' all-reduce (online RMSNorm): the two form one parallel site. Tensor
@@ -105,7 +105,7 @@ class Projection(nn.Module):
     def down(self, x: torch.Tensor, a_w: torch.Tensor, sync: comm.Sync | None = None) -> list[torch.Tensor]:
         """Pre-activations of the A factors: one ``[..., c·r]`` tensor if grouped, else c ``[..., r]``."""
         if self.grouped:
-            return [gemm(x, a_w.flatten(0, 1), self.float8, sync)]
+            return [gemm(x, a_w.flatten(0, 1), sync, self.float8)]
         return x_times(x, a_w, False, self.float8, sync)
 
     def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor], sync: comm.Sync | None = None) -> list[torch.Tensor]:
@@ -115,44 +115,29 @@ class Projection(nn.Module):
         (GQA's q and k|v: two all-reduces, together the size of one)."""
         if not self.grouped:
             ws = [w[j] for w in b_ws for j in range(w.shape[0])]
-            return [gemm(t, w, self.float8, sync) for t, w in zip(zs, ws)]
+            return [gemm(t, w, sync, self.float8) for t, w in zip(zs, ws)]
         (z,) = zs  # one [..., c·r] tensor: each run of B's reads a strided view of it
-        batched = self.float8 == "none"  # float8 has no batched GEMM: one GEMM per factor on the same views
-        if sync is not None and not batched:
-            z, sync = comm.synced(z, sync), None
         r, lead, out, i = b_ws[0].shape[-1], z.shape[:-1], [], 0
         z = z.reshape(-1, z.shape[-1])
         for w in b_ws:
             c = w.shape[0]
             zc = z[:, i * r:(i + c) * r].unflatten(-1, (c, r)).transpose(0, 1)  # [c, m, r], no copy
-            if batched:
-                y = matmul_nt(zc, w, sync)  # [c, m, d_out]: each output contiguous
-                # unbind, not y[j]: its backward is one stack (each gradient written once), where
-                # c selects backward into c zero-filled buffers that compiled code sums elementwise
-                out += [t.view(*lead, -1) for t in y.unbind(0)]
-            else:
-                out += [linear(zc[j], w[j], self.float8).view(*lead, -1) for j in range(c)]
+            y = gemm(zc, w, sync, self.float8)  # [c, m, d_out]: each output contiguous
+            # unbind, not y[j]: its backward is one stack (each gradient written once), where
+            # c selects backward into c zero-filled buffers that compiled code sums elementwise
+            out += [t.view(*lead, -1) for t in y.unbind(0)]
             i += c
         return out
-
-
-def gemm(x: torch.Tensor, w: torch.Tensor, float8: str = "none", sync: comm.Sync | None = None) -> torch.Tensor:
-    """``x wᵀ`` for ``w [d_out, d_in]``, with the input's ``sync`` fused in (float8: run before it)."""
-    if sync is None:
-        return linear(x, w, float8)
-    if float8 == "none":
-        return matmul_nt(x, w, sync)
-    return linear(comm.synced(x, sync), w, float8)
 
 
 def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool, float8: str = "none",
             sync: comm.Sync | None = None) -> list[torch.Tensor]:
     """``[x W_1ᵀ, …, x W_cᵀ]`` for a stacked ``w [c, d_out, d_in]``: one GEMM if grouped."""
     if grouped:
-        return list(gemm(x, w.flatten(0, 1), float8, sync).split(w.shape[1], dim=-1))
+        return list(gemm(x, w.flatten(0, 1), sync, float8).split(w.shape[1], dim=-1))
     if sync is not None:  # c GEMMs read x: one collective
         x = comm.synced(x, sync)
-    return [linear(x, w[j], float8) for j in range(w.shape[0])]
+    return [gemm(x, w[j], None, float8) for j in range(w.shape[0])]
 
 
 def _runs_of_equal(sizes: list[int]) -> list[list[int]]:

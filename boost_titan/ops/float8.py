@@ -2,7 +2,7 @@
 
 torchao's own switch (``convert_to_float8_training``, torchtitan's ``quantize.linear.float8``) swaps
 ``nn.Linear`` modules, and the projections here are stacked ``[c, d_out, d_in]`` weights run through
-``F.linear`` (one GEMM for the A factors or the dense W's of a group). So :func:`linear` calls the
+``F.linear`` (one GEMM for the A factors or the dense W's of a group). So :func:`float8_linear` calls the
 autograd function ``Float8Linear`` itself uses, ``torchao.float8.float8_linear.
 matmul_with_hp_or_float8_args``: the same dynamic scaling, the same three float8 GEMMs (output,
 input gradient, weight gradient), on any ``x wᵀ``.
@@ -26,16 +26,14 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 
 RECIPES = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 GEMM_MULTIPLE = 16  # torch._scaled_mm: K and N multiples of 16
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "none") -> torch.Tensor:
-    """``x wᵀ`` for ``w [d_out, d_in]``: ``F.linear``, or float8 GEMMs with the recipe's scaling."""
-    if recipe == "none":
-        return F.linear(x, w)
+def float8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str) -> torch.Tensor:
+    """``x wᵀ`` for ``w [d_out, d_in]`` as float8 GEMMs with the recipe's scaling (the model reaches it
+    through :func:`boost_titan.ops.gemm.gemm`)."""
     key = (recipe, x.device.type != "cuda")
     matmul, mm_config, config = _loaded.get(key) or _load(*key)  # a dict lookup: compiled code reads it
     return matmul.apply(x, w.t(), mm_config, config)

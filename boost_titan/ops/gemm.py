@@ -1,7 +1,9 @@
-"""The projections' GEMMs with a hand-written backward: ``x wᵀ`` for a weight ``[n, k]`` (a linear map of
-``x [..., k]``) or a stacked weight ``[c, n, k]`` (c GEMMs of ``x [c, m, k]``, one batched GEMM).
+"""The projections' GEMMs: :func:`gemm` is the one entry point the model calls, ``x wᵀ`` for a weight
+``[n, k]`` (a linear map of ``x [..., k]``) or a stacked weight ``[c, n, k]`` (c GEMMs of ``x [c, m, k]``,
+one batched GEMM), given the collective its input needs and the precision recipe; it picks the kernel.
 
-Two reasons to write the backward ourselves:
+bf16 / fp32 GEMMs with a collective, and every batched one, run :func:`matmul_nt`, with a hand-written
+backward, for two reasons:
 
 * **Weight gradient in the weight's layout.** ``torch.bmm(z, w.transpose(1, 2))`` differentiates to
   the transpose of a ``[c, k, n]`` product, which breaks AccumulateGrad's layout contract: autograd
@@ -24,8 +26,30 @@ input's dtype, as autocast's own casts would.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from boost_titan.ops import comm
+from boost_titan.ops.float8 import float8_linear
+
+
+def gemm(x: torch.Tensor, w: torch.Tensor, sync: comm.Sync | None = None, float8: str = "none") -> torch.Tensor:
+    """``x wᵀ``: ``[..., k] × [n, k] → [..., n]``, or ``[c, m, k] × [c, n, k] → [c, m, n]`` for a stacked weight.
+
+    ``sync``: the collective that makes ``x`` whole (``comm.copy_sync`` / ``comm.gather_sync``), or None.
+    ``float8``: a torchao recipe (:mod:`boost_titan.ops.float8`) or "none".
+
+    Without float8 the sync is fused into the GEMM (:func:`matmul_nt`: its backward collective overlaps
+    the weight-gradient GEMM). float8 GEMMs are torchao's autograd function, which cannot take it: the
+    sync runs first on its own (``comm.synced``), and a stacked weight runs one float8 GEMM per slice
+    (torchao has no batched one), stacked into the batched result.
+    """
+    if float8 == "none":
+        return F.linear(x, w) if sync is None and w.dim() == 2 else matmul_nt(x, w, sync)
+    if sync is not None:
+        x = comm.synced(x, sync)
+    if w.dim() == 2:
+        return float8_linear(x, w, float8)
+    return torch.stack([float8_linear(x[j], w[j], float8) for j in range(w.shape[0])])
 
 
 def _flat(t: torch.Tensor, batched: bool) -> torch.Tensor:

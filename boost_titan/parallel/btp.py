@@ -24,11 +24,13 @@ from torchtitan.distributed import NoParallel
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
 from boost_titan.ops.rmsnorm import online_rms_norm_linear, sync_rms_norm
+from boost_titan.planner.costs import StrategyCosts
 
 from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
 
 LOWRANK = True  # for CoLA models
 STREAM = Shard(-1)  # the residual stream between blocks: sharded on d
+PLANNER = StrategyCosts.measured("btp")  # the layout planner's rates (boost_titan/planner/measured_h200.json)
 
 
 def sharded_sizes(args: TransformerArgs) -> dict[str, int]:

@@ -20,11 +20,13 @@ from torch.distributed.tensor.parallel import ParallelStyle, SequenceParallel
 
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
+from boost_titan.planner.costs import StrategyCosts
 
 from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
 
 LOWRANK = False  # for the dense twins
 STREAM = Shard(1)  # sequence parallel
+PLANNER = StrategyCosts.measured("fullrank")
 
 
 def sharded_sizes(args: TransformerArgs) -> dict[str, int]:

@@ -6,9 +6,10 @@ Usage (user code)::
     parallelize_module(model, mesh, plan)        # or apply_tp(model, mesh, "btp", args)
 
 A strategy is a module with ``plan(args, rmsnorm, loss_parallel)``, ``sharded_sizes(args)`` (what it
-divides by tp), ``LOWRANK`` (CoLA or dense models) and ``STREAM`` (the residual stream's layout
-between blocks). Adding one: write its file and add it to :data:`STRATEGIES`; ``[boost] tp_strategy``
-accepts any registered name.
+divides by tp), ``LOWRANK`` (CoLA or dense models), ``STREAM`` (the residual stream's layout
+between blocks) and ``PLANNER`` (its layout-planner parameters,
+:class:`~boost_titan.planner.costs.StrategyCosts`). Adding one: write its file and add it to
+:data:`STRATEGIES`; ``[boost] tp_strategy`` and the planner accept any registered name.
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ def check_tp(strategy: str, args: TransformerArgs, tp: int) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"tp_strategy={strategy!r} is unknown; choose one of {tuple(STRATEGIES)}")
     lowrank = args.attn_rank > 0 and args.mlp_rank > 0
-    if strategy == "fullrank" and (args.attn_rank or args.mlp_rank):
-        raise ValueError("tp_strategy='fullrank' is for the dense '_fullrank' flavors (attn_rank = mlp_rank = 0); "
-                         "use 'btp' or 'vanilla' for CoLA models")
+    dense = args.attn_rank == 0 and args.mlp_rank == 0
+    names = {kind: tuple(n for n, s in STRATEGIES.items() if s.LOWRANK == kind) for kind in (True, False)}
+    if not STRATEGIES[strategy].LOWRANK and not dense:
+        raise ValueError(f"tp_strategy={strategy!r} is for the dense '_fullrank' flavors (attn_rank = mlp_rank = 0); "
+                         f"use one of {names[True]} for CoLA models")
     if STRATEGIES[strategy].LOWRANK and not lowrank:
         raise ValueError(f"tp_strategy={strategy!r} needs a low-rank model (attn_rank > 0 and mlp_rank > 0); "
-                         "use 'fullrank' for the '_fullrank' flavors")
+                         f"use one of {names[False]} for the '_fullrank' flavors")
     for name, value in STRATEGIES[strategy].sharded_sizes(args).items():
         if value % tp:
             raise ValueError(f"{name}={value} is not divisible by the tensor-parallel degree {tp} "

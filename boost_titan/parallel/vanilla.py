@@ -21,11 +21,13 @@ from torchtitan.distributed import NoParallel
 
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
+from boost_titan.planner.costs import StrategyCosts
 
 from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
 
 LOWRANK = True
 STREAM = Replicate()
+PLANNER = StrategyCosts.measured("vanilla", same_layout_at_tp1="btp")  # at tp 1 it is btp
 
 
 def sharded_sizes(args: TransformerArgs) -> dict[str, int]:

@@ -21,9 +21,9 @@ import contextlib
 import torch
 import torch.nn as nn
 
-from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
 
-from boost_titan.bench.layer_trace import fake_world
+from boost_titan.planner.trace import fake_world
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel import apply_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint

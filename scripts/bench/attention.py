@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
 SDPA = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION}

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from boost_titan.bench.common import PeakGemm, doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.common import PeakGemm, doc_notes, env_info, print_table, pyplot, write_results
 
 
 def nvml_reader():

@@ -23,7 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from boost_titan.bench.common import (bucket_rows, env_info, print_table, removal_bounds, trace_buckets, trace_gaps,
+from scripts.bench.common import (bucket_rows, env_info, print_table, removal_bounds, trace_buckets, trace_gaps,
                                       write_results)
 
 ROOT = Path(__file__).resolve().parents[2]

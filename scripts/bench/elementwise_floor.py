@@ -27,7 +27,7 @@ import operator
 
 import torch
 
-from boost_titan.bench.common import env_info, print_table, write_results
+from scripts.bench.common import env_info, print_table, write_results
 from boost_titan.models import FLAVORS
 from boost_titan.models.model import TransformerBlock, rope_cos_sin
 

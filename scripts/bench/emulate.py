@@ -3,7 +3,7 @@
 Every row is torchtitan's own loop (``torchtitan_ext.emulate``: one process plays rank 0 of the
 layout; its kernels are real and run at the rank's real shapes, every collective returns at once).
 What a row measures is therefore the rank's *compute* per step and its peak memory: **emulated**,
-not a multi-GPU run. Communication is added by the α–β model (:mod:`boost_titan.bench.comm_model`),
+not a multi-GPU run. Communication is added by the α–β model (:mod:`boost_titan.planner.comm_model`),
 which makes the ``pred_*`` columns **predicted**.
 
 Rows: BOOST's layouts (3B tp 2 on 2 GPUs, 7B tp 4 on 4, 13B tp 4 × pp 2 on 8; no data parallelism)
@@ -35,10 +35,10 @@ import shutil
 import statistics
 from pathlib import Path
 
-from boost_titan.bench import comm_model
-from boost_titan.bench.common import (bucket_rows, env_info, print_table, trace_buckets, trace_gaps, trace_top_kernels,
+from boost_titan.planner import comm_model
+from scripts.bench.common import (bucket_rows, env_info, print_table, trace_buckets, trace_gaps, trace_top_kernels,
                                       write_results)
-from boost_titan.bench.comm_volume import model_collectives
+from boost_titan.planner.collectives import model_collectives
 from boost_titan.models import FLAVORS
 from boost_titan.parallel import STRATEGIES as PLANS
 from boost_titan.parallel import stream_shape
@@ -304,7 +304,7 @@ def main() -> None:
                  "is the whole model at one microbatch without its pipeline. PREDICTED (pred_*): TP "
                  f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
                  f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
-                 "boost_titan/bench/comm_model.py for the sources), exposed except what the GEMMs issued while "
+                 "boost_titan/planner/comm_model.py for the sources), exposed except what the GEMMs issued while "
                  "a backward collective is in flight hide (counted from the code's order, at "
                  f"{comm_model.OVERLAP_GEMM_FLOPS / 1e12:.0f} TFLOP/s, ideal overlap); pp: 1F1B over the "
                  "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, else GPU-bound "

@@ -1,7 +1,7 @@
 """Per-rank GEMM efficiency of one decoder layer under three TP strategies (BOOST Fig. 6 on one GPU).
 
 Strategies (docs/design.md; m = b·s, per-rank shard shapes, no communication), as the model runs them
-(the shapes are recorded from the real layer under each plan, ``boost_titan.bench.layer_trace``):
+(the shapes are recorded from the real layer under each plan, ``boost_titan.planner.trace``):
   fullrank  Megatron: QKV colwise [m,d]x[d,3d/t], O rowwise [m,d/t]x[d/t,d];
             MLP [m,d]x[d,2f/t], [m,f/t]x[f/t,d].
   vanilla   CoLA with A colwise / B rowwise on r: A_qkv [m,d]x[d,3r/t], B_qkv one bmm 3x[m,r/t]x[r/t,d],
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from boost_titan.bench.layer_trace import layer_gemms as trace_layer_gemms
+from scripts.bench.layer_gemms import layer_gemms as trace_layer_gemms
 from boost_titan.models import TransformerArgs
 
-from boost_titan.bench.common import (
+from scripts.bench.common import (
     H200_DATASHEET_BF16_TFLOPS,
     PeakGemm,
     env_info,
@@ -73,7 +73,7 @@ class Gemm:
 
 def layer_gemms(strategy: str, d: int, f: int, r: int, t: int) -> dict[str, list[Gemm]]:
     """Per-rank GEMMs of one MHA decoder layer, by part, as the model runs them under ``strategy``
-    (recorded from the real layer on the meta device: ``boost_titan.bench.layer_trace``)."""
+    (recorded from the real layer on the meta device: ``boost_titan.planner.trace``)."""
     for name, v in (("d", d), ("f", f), ("r", r)):
         if v % t:
             raise ValueError(f"{name}={v} is not divisible by tp={t}")

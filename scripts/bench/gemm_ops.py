@@ -40,7 +40,7 @@ import statistics
 
 import torch
 
-from boost_titan.bench.common import (
+from scripts.bench.common import (
     H200_DATASHEET_BF16_TFLOPS,
     PeakGemm,
     cuda_time_ms,

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from boost_titan.bench.common import env_info, print_table, write_results
+from scripts.bench.common import env_info, print_table, write_results
 from boost_titan.checkpoints import load_model
 from boost_titan.generation import generate
 

@@ -14,7 +14,7 @@ import argparse
 import time
 from dataclasses import asdict
 
-from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset

@@ -19,7 +19,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from boost_titan.bench.common import env_info, print_table, write_results
+from scripts.bench.common import env_info, print_table, write_results
 from scripts.bench.e2e import run_train
 
 

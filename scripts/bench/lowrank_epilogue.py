@@ -21,7 +21,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from boost_titan.bench.common import env_info, interleaved_time_ms, print_table, write_results
+from scripts.bench.common import env_info, interleaved_time_ms, print_table, write_results
 
 COMPILED = "cuBLAS + Inductor σ (torch.compile)"
 # (d_in, d_out, count per layer) of the 1B's bottlenecks, rank 512

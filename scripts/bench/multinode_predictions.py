@@ -11,7 +11,7 @@
    fitting layout of each family (FSDP, HSDP sharded inside the node, pipeline stages) and the best BTP
    layout with tp > 1; in brackets the dimensions whose collectives cross the network.
 
-Everything is predicted by ``boost_titan.plan`` (emulated per-rank rates, α–β NVLink and InfiniBand
+Everything is predicted by ``boost_titan.planner`` (emulated per-rank rates, α–β NVLink and InfiniBand
 model, memory model). No host time is modelled: at small local batches (the larger clusters) the
 emulated ranks were host-bound, so those rows are optimistic, BTP's most.
 """
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 
-from boost_titan import plan
-from boost_titan.bench.comm_model import Cluster
-from boost_titan.bench.common import env_info, print_table, write_results
+from boost_titan.planner import predict as plan
+from boost_titan.planner.comm_model import Cluster
+from boost_titan.planner.costs import measured_constants
+from scripts.bench.common import env_info, print_table, write_results
 from boost_titan.models import FLAVORS
 
 BOOST_13B_A100 = {"fullrank": 2.07, "vanilla": 2.42, "btp": 1.30}  # s per step, BOOST README (Fig. 5)
@@ -36,7 +37,7 @@ def _row(flavor, layout, batch, seq, cluster, microbatch=1, **extra):
             "layout": f"tp {layout.tp} x pp {layout.pp} x dp {layout.dp}", "ac": layout.ac, "batch": batch,
             "step_s": round(t["step_s"], 3), "tokens_per_s_gpu": round(batch * seq * layout.dp / t["step_s"] / cluster.gpus),
             "mem_gib": round(mem["total_bytes"] / plan.GiB, 1),
-            "fits": mem["total_bytes"] <= plan.HEADROOM * 139 * plan.GiB,
+            "fits": mem["total_bytes"] <= measured_constants()["memory_headroom"]["value"] * 139 * plan.GiB,
             "crosses": ",".join(cluster.crossing(layout.tp, layout.dp, layout.pp)) or "-", **extra}
 
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from boost_titan.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
 from boost_titan.models.model import Projection
 from boost_titan.ops import comm, rmsnorm

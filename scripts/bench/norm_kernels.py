@@ -18,7 +18,7 @@ import argparse
 
 import torch
 
-from boost_titan.bench.common import env_info, interleaved_time_ms, print_table, write_results
+from scripts.bench.common import env_info, interleaved_time_ms, print_table, write_results
 from boost_titan.ops.rmsnorm import rms_norm
 
 QUACK = "quack rmsnorm (residual fused)"

@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 
-from boost_titan.bench.common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,
+from scripts.bench.common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,
                     print_table, write_results)
 
 from boost_titan.models import FLAVORS, Transformer

@@ -34,7 +34,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from boost_titan.bench.common import env_info, print_table, pyplot, write_results
+from scripts.bench.common import env_info, print_table, pyplot, write_results
 from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/quality_60m.toml"

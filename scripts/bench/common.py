@@ -1,7 +1,7 @@
 """Shared code of the benchmarks: timing (CUDA events, interleaved rounds), GEMM ceilings, profiler-trace
 buckets, plots, and the result files (environment record, markdown tables, ``<out>.json`` + ``<out>.md``).
 
-Every benchmark (``python -m scripts.bench.<name>`` and :mod:`boost_titan.bench.comm_volume`) records
+Every benchmark (``python -m scripts.bench.<name>``) records
 :func:`env_info` (date, hardware, versions, commit, exact command) in its meta, writes through
 :func:`write_results` and prints a short table last.
 """
@@ -23,6 +23,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from boost_titan.planner.table import format_table
+
+__all__ = ["format_table"]  # re-exported: the benchmarks' tables are the planner's
 
 
 def _git_rev() -> str | None:
@@ -67,31 +70,6 @@ def env_info(device: torch.device | str | None = None) -> dict:
         "git": _git_rev(),
         "command": shlex.join(["python", *sys.argv]),
     }
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        if v != v:  # NaN
-            return "nan"
-        if v == 0 or 0.01 <= abs(v) < 1e5:
-            return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
-        return f"{v:.3g}"
-    return "" if v is None else str(v)
-
-
-def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
-    """Markdown table (pipes, aligned) of ``rows`` restricted to ``columns``."""
-    if isinstance(columns, str):  # a lone string would make one column per character
-        raise TypeError(f"format_table: columns must be a sequence of names, got the string {columns[:40]!r}")
-    if not rows:
-        return "(no rows)\n"
-    columns = list(columns or rows[0].keys())
-    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = lambda vals: "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
-    out = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(row) for row in cells]
-    return "\n".join(out) + "\n"
 
 
 def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:

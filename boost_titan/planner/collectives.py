@@ -1,31 +1,28 @@
 """Collectives of one decoder layer, counted from the real model (BOOST Fig. 7, the volume half).
 
 The layer runs forward and backward on the *meta* device over a fake process group of ``tp`` ranks
-(:mod:`boost_titan.bench.layer_trace`), so 7B shapes at b = 4, s = 4096 cost nothing; a dispatch
+(:mod:`boost_titan.planner.trace`), so 7B shapes at b = 4, s = 4096 cost nothing; a dispatch
 mode records every functional collective (op, shape, dtype, phase). No GPU needed.
 
 Payload convention (docs/design.md, "Communication volume"): the tensor an all-reduce sums; an all-gather or
 reduce-scatter counts half its full (unsharded) tensor, since an AG+RS pair moves what one
 all-reduce moves — so sequence-parallel full-rank TP and plain Megatron report the same volume.
 
-    python -m boost_titan.bench.comm_volume            # 7B, b=4, s=4096, tp 2/4/8 → docs/results/
+The planner costs these collectives (:mod:`boost_titan.planner.comm_model`);
+``python -m scripts.bench.comm_volume`` writes the per-layer table to ``docs/results/``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import shlex
-import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from boost_titan.bench.common import env_info, print_table, write_results
-from boost_titan.bench.layer_trace import meta_model, one_layer
-from boost_titan.models import FLAVORS, TransformerArgs
+from boost_titan.models import TransformerArgs
 from boost_titan.ops import gemm
+from boost_titan.planner.trace import meta_model, one_layer
 
 _C10D = torch.ops._c10d_functional
 _KINDS = {_C10D.all_reduce.default: "all_reduce", _C10D.all_reduce_.default: "all_reduce",
@@ -135,39 +132,3 @@ def summarize(calls: list[Collective]) -> dict:
         out[phase] = {"count": len(sel), "payload_MiB": sum(c.payload_bytes for c in sel) / MiB,
                       "ops": [f"{c.kind}{list(c.shape)}" for c in sel]}
     return out
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--flavor", default="7B")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=4096)
-    p.add_argument("--tp", default="2,4,8")
-    p.add_argument("--out", default="docs/results/comm_volume")
-    a = p.parse_args(argv)
-    base = FLAVORS[a.flavor]
-    rows = []
-    for tp in map(int, a.tp.split(",")):
-        for strategy, flavor_args, norm in [("fullrank", FLAVORS[f"{a.flavor}_fullrank"], "online"),
-                                            ("vanilla", base, "online"), ("btp", base, "sync"),
-                                            ("btp", base, "online")]:
-            s = summarize(layer_collectives(strategy, flavor_args, tp, a.batch, a.seq, rmsnorm=norm))
-            name = strategy if strategy != "btp" else f"btp ({norm} norm)"
-            rows.append({"tp": tp, "strategy": name, "fwd_count": s["forward"]["count"],
-                         "fwd_MiB": round(s["forward"]["payload_MiB"], 3), "bwd_count": s["backward"]["count"],
-                         "bwd_MiB": round(s["backward"]["payload_MiB"], 3),
-                         "fwd_ops": s["forward"]["ops"], "bwd_ops": s["backward"]["ops"]})
-    meta = {**env_info("cpu"), "flavor": a.flavor, "batch": a.batch, "seq": a.seq, "dtype": "bf16",
-            "command": shlex.join(["python", "-m", __spec__.name if __spec__ else "boost_titan.bench.comm_volume",
-                                   *(sys.argv[1:] if argv is None else argv)])}
-    columns = ["tp", "strategy", "fwd_count", "fwd_MiB", "bwd_count", "bwd_MiB"]
-    write_results(a.out, rows, meta, f"Communication volume per decoder layer ({a.flavor}, b={a.batch}, "
-                  f"s={a.seq}, bf16)", columns=columns,
-                  notes="Counted from the model on a fake process group (no GPU). Payload = all-reduce "
-                        "input; all-gather/reduce-scatter count half their full tensor. The JSON lists "
-                        "every collective (`fwd_ops`, `bwd_ops`).")
-    print_table(rows, columns)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """An α–β model of a training step's communication on one 8-GPU NVSwitch node (PREDICTED numbers).
 
-What is counted comes from the real model (:func:`boost_titan.bench.comm_volume.model_collectives`:
+What is counted comes from the real model (:func:`boost_titan.planner.collectives.model_collectives`:
 every TP collective of forward and backward, and the rank's parameter count); what a collective
 costs comes from public NCCL measurements, not from this project (no multi-GPU machine was lent):
 
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boost_titan.bench.comm_volume import Collective
+from boost_titan.planner.collectives import Collective
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""``python -m boost_titan.planner``: the layouts of a flavor on one node or several, best first (PREDICTED).
+
+How each number is predicted: ``python -m boost_titan.planner --help`` (:mod:`boost_titan.planner.predict`).
+``python -m scripts.bench.plan ... --out <file>`` writes the same table to ``docs/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from boost_titan.planner import predict
+from boost_titan.planner.table import format_table
+
+COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s",
+           "crosses", "rate"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m boost_titan.planner", description=predict.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--flavor", default="7B")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node (--gpus-per-node is the same option)")
+    p.add_argument("--gpus-per-node", type=int, dest="gpus")
+    p.add_argument("--nodes", type=int, default=1, help="nodes, joined by 400 Gb/s InfiniBand (comm_model.NDR_IB)")
+    p.add_argument("--gpu-mem", type=float, default=139.0, help="GiB per GPU (H200: 139 usable)")
+    p.add_argument("--batch", type=int, default=4, help="local batch: sequences per data-parallel rank")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per step over all ranks (strong scaling): each layout's local batch is "
+                        "global / dp, instead of --batch")
+    p.add_argument("--microbatch", type=int, default=1,
+                   help="pipeline layouts: sequences per microbatch (BOOST: 4); must divide --batch")
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--top", type=int, default=12)
+    return p
+
+
+def run(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[list[dict], str]:
+    """Every layout's prediction (rounded) and the table's title; prints the fitting ones and the command
+    of the first."""
+    if a.microbatch < 1 or (a.global_batch is None and a.batch % a.microbatch):
+        p.error(f"--microbatch {a.microbatch} must be a positive divisor of --batch {a.batch}")
+    if a.nodes < 1 or a.gpus < 1:
+        p.error(f"--nodes {a.nodes} and --gpus {a.gpus} must be positive")
+    if a.flavor not in predict.FLAVORS:
+        p.error(f"--flavor {a.flavor!r} is unknown; choose one of {', '.join(predict.FLAVORS)}")
+    rows = predict.plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch, a.nodes, a.global_batch)
+    fitting = [r for r in rows if r["fits"]]
+    pipe = f", pipeline microbatch {a.microbatch}" if a.microbatch > 1 else ""
+    where = f"{a.gpus} GPUs" if a.nodes == 1 else f"{a.nodes} nodes x {a.gpus} GPUs"
+    batch = f"local batch {a.batch}" if a.global_batch is None else f"global batch {a.global_batch}"
+    title = f"{a.flavor} on {where} of {a.gpu_mem:g} GiB, {batch} x {a.seq}{pipe}"
+    print(f"{title}: {len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.planner --help)")
+    rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    print(format_table([r for r in rounded if r["fits"]][:a.top], COLUMNS), end="")
+    if fitting:
+        best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")))
+        print(f"run the first one (add a config file and the job's other settings):\n  "
+              f"{predict.train_command(a.flavor, best, fitting[0]['batch'], a.seq, a.microbatch, a.nodes)}")
+        if a.nodes > 1:
+            print("  or: sbatch --nodes", a.nodes, "--gpus-per-task", a.gpus, "scripts/multinode_trainer.slurm <the flags>")
+    return rounded, title
+
+
+def main(argv=None) -> None:
+    p = parser()
+    run(p, p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""What the planner knows about each tensor-parallel strategy, and the measured constants it predicts from.
+
+Every strategy module states its own planner parameters as ``PLANNER``, a :class:`StrategyCosts`: its
+per-rank compute rate by tp and its activation memory per token and layer. The shipped strategies
+read theirs from ``measured_h200.json`` (beside this file: each value with the result file it was
+measured in); a new strategy can state its own numbers directly, so adding one touches only its own
+file and the registry (``boost_titan.parallel.plans.STRATEGIES``).
+
+This module imports nothing from the rest of the package, so the strategy modules can import it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+MEASURED_FILE = Path(__file__).with_name("measured_h200.json")
+
+
+@cache
+def measured_constants() -> dict:
+    """The parsed ``measured_h200.json``."""
+    return json.loads(MEASURED_FILE.read_text())
+
+
+@dataclass(frozen=True)
+class StrategyCosts:
+    """A strategy's planner parameters.
+
+    ``tflops_by_tp``: per-rank model TFLOP/s at each measured tp (a tp not listed takes the nearest one).
+    ``activation_d``: ``(A_sh, A_rep)``, activation bytes per token and layer in units of d, as
+    ``A_sh / tp + A_rep`` (what the strategy shards over tp, and what it keeps whole).
+    ``same_layout_at_tp1``: the strategy this one equals without tensor parallelism (its tp 1
+    layouts are not listed twice). ``source``: where the numbers come from.
+    """
+
+    tflops_by_tp: dict[int, float]
+    activation_d: tuple[float, float]
+    same_layout_at_tp1: str | None = None
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if not self.tflops_by_tp or any(t < 1 or rate <= 0 for t, rate in self.tflops_by_tp.items()):
+            raise ValueError(f"tflops_by_tp={self.tflops_by_tp!r} needs at least one positive rate per tp >= 1")
+
+    def rate(self, tp: int) -> tuple[int, float]:
+        """(the measured tp used, its TFLOP/s): ``tp`` itself, else the nearest (the larger on a tie)."""
+        used = min(self.tflops_by_tp, key=lambda t: (abs(t - tp), -t))
+        return used, self.tflops_by_tp[used]
+
+    @classmethod
+    def measured(cls, name: str, same_layout_at_tp1: str | None = None) -> StrategyCosts:
+        """The entry ``name`` of ``measured_h200.json``."""
+        entry = measured_constants()["strategies"][name]
+        return cls({int(t): rate for t, rate in entry["tflops_by_tp"].items()}, tuple(entry["activation_d"]),
+                   same_layout_at_tp1, entry["source"])
