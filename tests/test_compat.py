@@ -4,6 +4,7 @@ A release that moves one must fail here, loudly, instead of silently sending the
 slower fallback (the batched 1-rank unshard would quietly become FSDP's per-parameter path).
 """
 
+import pytest
 import torch
 
 from boost_titan import compat
@@ -31,3 +32,26 @@ def test_version_counter_guard_keeps_the_version():
     with compat.unsafe_preserve_version_counter((t,)):
         t.add_(1)
     assert t._version == before and t.tolist() == [1, 1, 1]
+
+
+def test_every_patch_target_exists_and_only_listed_patches_apply(monkeypatch):
+    """torchtitan_ext/patches.py: every required target resolves on the installed releases (checked at
+    import); a missing one fails naming the patch; an unlisted name or an instance patch without its
+    object is refused."""
+    import types
+
+    from torchtitan_ext import patches
+
+    patches.check()
+    for name, patch in patches.PATCHES.items():
+        assert patch.versions and patch.why and patch.upstream, name
+        assert patches.available(name) or not patch.required, name
+    monkeypatch.setitem(patches.PATCHES, "gone", patches.Patch("torchtitan.train:Trainer.no_such_method", "x", "y", "z"))
+    with pytest.raises(RuntimeError, match="patch 'gone' .* cannot find torchtitan.train:Trainer.no_such_method"):
+        patches.check()
+    with pytest.raises(KeyError):
+        patches.apply("not_listed", None)
+    with pytest.raises(ValueError, match="pass owner="):
+        patches.apply("hf_save_writes_config", None)
+    holder = types.SimpleNamespace(dcp_save="before")
+    assert patches.apply("hf_save_writes_config", "after", owner=holder) == "before" and holder.dcp_save == "after"

@@ -203,10 +203,11 @@ def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeyp
     from torchtitan.tools.logging import logger
 
     from torchtitan_ext import faults, train_spec
+    from torchtitan_ext.hand_offs import HandOffs
 
     monkeypatch.setattr(dist_utils, "clip_grad_norm_", dist_utils.clip_grad_norm_)  # undone after the test
-    monkeypatch.setattr(faults, "_CLIPPED", None)
-    train_spec._clip_on_local_shards()
+    hand_offs = HandOffs()
+    train_spec.clip_on_local_shards(hand_offs)
     norm_passes = []
     foreach_norm = torch._foreach_norm
     monkeypatch.setattr(torch, "_foreach_norm", lambda *a, **k: norm_passes.append(1) or foreach_norm(*a, **k))
@@ -217,7 +218,7 @@ def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeyp
     model = torch.nn.Linear(8, 2)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=0.1, fused=True)
-    guard = faults.NonFiniteGuard([model], skip=True)
+    guard = faults.NonFiniteGuard([model], skip=True, hand_offs=hand_offs)
     opt.register_step_pre_hook(guard)
 
     def step(clip=True, after_clip=None):
@@ -236,7 +237,7 @@ def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeyp
 
     assert step() == (0, True)  # the clipping's norm served: no pass of the guard's own
     # the flag comes from that norm: a non-finite one noted for finite gradients skips the step
-    assert step(after_clip=lambda: faults.note_clip_norm(params, torch.tensor(float("nan")))) == (0, False)
+    assert step(after_clip=lambda: faults.note_clip_norm(hand_offs, params, torch.tensor(float("nan")))) == (0, False)
     # a gradient changed in place after the clipping: the guard computes its own flag, sees the nan
     assert step(after_clip=lambda: model.weight.grad.view(-1)[0].fill_(float("nan"))) == (1, False)
     # a replaced gradient, or no clipping at all: its own pass too
@@ -266,7 +267,7 @@ def test_guard_stop_names_the_step(capsys):
         opt.zero_grad()
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # step 2 not applied
     with pytest.raises(SystemExit) as stop:
-        check_nonfinite_at_exit()
+        check_nonfinite_at_exit(guard.hand_offs)
     assert stop.value.code == 3
     assert "non-finite loss or gradient at step 2: its optimizer step was not applied; stopping" in capsys.readouterr().err
 

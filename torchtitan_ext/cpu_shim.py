@@ -64,19 +64,18 @@ class _Profile(torch.profiler.profile):
 
 
 def install() -> None:
-    cpu = _CPUDeviceModule("torchtitan_cpu_device")
-    import torchtitan.tools.utils as tt_utils
+    """The patches ``cpu_device_type`` and ``cpu_profiler_activities`` (torchtitan_ext/patches.py)."""
+    from . import patches
 
-    tt_utils.device_type, tt_utils.device_module = "cpu", cpu
-    for name in ("torchtitan.distributed.utils", "torchtitan.distributed.parallel_dims",
+    cpu = _CPUDeviceModule("torchtitan_cpu_device")
+    # torchtitan.tools.utils holds the globals; these modules took their own copies at import
+    for name in ("torchtitan.tools.utils", "torchtitan.distributed.utils", "torchtitan.distributed.parallel_dims",
                  "torchtitan.components.metrics", "torchtitan.tools.profiling"):
         __import__(name)
         module = sys.modules[name]
         if hasattr(module, "device_type"):
-            module.device_type = "cpu"
+            patches.apply("cpu_device_type", "cpu", owner=module)
         if hasattr(module, "device_module"):
-            module.device_module = cpu
-    import torchtitan.tools.profiling as profiling
-
+            module.device_module = cpu  # the same patch: the module beside the type
     # torchtitan builds it as torch.profiler.profile(...): patched process-wide, CPU-only runs alone
-    profiling.torch.profiler.profile = _Profile
+    patches.apply("cpu_profiler_activities", _Profile)

@@ -23,10 +23,10 @@ import os
 
 import torch
 import torch.distributed.pipelining.stage as pipelining_stage
-import torchtitan.distributed.utils as dist_utils
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.train import Trainer
 
+from torchtitan_ext import patches
 from torchtitan_ext.train import main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
@@ -41,7 +41,7 @@ def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
     torch.distributed.init_process_group("fake", rank=RANK, world_size=world_size)
 
 
-dist_utils.init_fake_mode = init_fake_mode  # only --comm.mode fake_backend runs call it
+patches.apply("fake_backend_any_rank", init_fake_mode)  # only --comm.mode fake_backend runs call it
 
 
 def stage_input(job_config, dim: int) -> torch.Tensor:
@@ -64,16 +64,14 @@ def _shape_inference(stage, args, kwargs=None):
     if stage.is_first or stage.stage_index_to_group_rank[stage.stage_index - 1] == stage.group_rank:
         return _torch_shape_inference(stage, args, kwargs)  # nothing is received
     inputs = (stage_input(_job_config, stage.submod.model_args.dim),)
-    receive = pipelining_stage.dist.recv_object_list
-
     def delivered(objects, *_, **__):
         objects[0] = inputs
 
-    pipelining_stage.dist.recv_object_list = delivered
+    receive = patches.apply("pipeline_stage_metadata_receive", delivered)
     try:
         return _torch_shape_inference(stage, args, kwargs)
     finally:
-        pipelining_stage.dist.recv_object_list = receive
+        patches.apply("pipeline_stage_metadata_receive", receive)
 
 
 def _check_stage_emulation(job_config) -> None:
@@ -93,7 +91,7 @@ class EmulatedTrainer(Trainer):
         _job_config = job_config
         _check_stage_emulation(job_config)
         if _torch_shape_inference is not None:
-            pipelining_stage.PipelineStage._shape_inference = _shape_inference
+            patches.apply("pipeline_stage_shape_inference", _shape_inference)
         super().__init__(job_config)
 
 if __name__ == "__main__":

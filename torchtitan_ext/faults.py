@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+from .hand_offs import HandOffs
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -93,7 +95,6 @@ def claim_checkpoint_folder(folder: str, launcher_pid: int) -> str | None:
 
 
 # ---- non-finite gradients ------------------------------------------------------------------------
-_GUARDS: list = []  # every guard of this process, for :func:`check_nonfinite_at_exit`
 
 
 class NonFiniteGuard:
@@ -124,12 +125,14 @@ class NonFiniteGuard:
     skipped steps).
     """
 
-    def __init__(self, model_parts, skip: bool = False):
+    def __init__(self, model_parts, skip: bool = False, hand_offs: HandOffs | None = None):
+        # hand_offs: where the loop's clipping leaves its norm, and the run's guards (the TrainSpec's)
         self.model_parts, self.skip = model_parts, skip
+        self.hand_offs = hand_offs if hand_offs is not None else HandOffs()
         self.step: int | None = None  # the step being guarded (torchtitan's numbering)
         self._pending = None  # (step, host flag, event): a fused step's flag, read one step later
         self._host_flag = None
-        _GUARDS.append(self)
+        self.hand_offs.guards.append(self)
 
     @staticmethod
     def _adam_step(optimizer) -> int:
@@ -145,7 +148,8 @@ class NonFiniteGuard:
 
         from boost_titan.parallel.local_shards import local_tensor
 
-        clipped = _take_clip_norm()  # taken at every call: it holds the gradients until then
+        # a norm serves one step: taken at every call (it holds the gradients until then)
+        clipped, self.hand_offs.clipped = self.hand_offs.clipped, None
         if dist.is_initialized() and dist.get_backend() == "fake":
             return  # emulation: gradients are garbage by design
         self.check()
@@ -213,25 +217,14 @@ class NonFiniteGuard:
         raise SystemExit(3)
 
 
-_CLIPPED: tuple | None = None  # (total norm, [(gradient, its version)]) of the last clipping
-
-
-def note_clip_norm(parameters, total_norm) -> None:
-    """Remember the total gradient norm the loop's clipping just returned (all-reduced over every rank's
-    shards and stages), with the gradients it was computed from and their in-place version counters, so
-    the guard's next check can read its flag from that norm instead of another pass over them."""
-    global _CLIPPED
+def note_clip_norm(hand_offs: HandOffs, parameters, total_norm) -> None:
+    """Hand the guard the total gradient norm the loop's clipping just returned (all-reduced over every
+    rank's shards and stages), with the gradients it was computed from and their in-place version
+    counters, so the guard's next check can read its flag from that norm instead of another pass."""
     from boost_titan.parallel.local_shards import local_tensor
 
     grads = [p.grad for p in parameters if p.grad is not None]
-    _CLIPPED = (total_norm.detach(), [(g, local_tensor(g)._version) for g in grads])
-
-
-def _take_clip_norm():
-    """The noted norm, forgotten here: a norm serves one step."""
-    global _CLIPPED
-    clipped, _CLIPPED = _CLIPPED, None
-    return clipped
+    hand_offs.clipped = (total_norm.detach(), [(g, local_tensor(g)._version) for g in grads])
 
 
 def _flag_from_clip(clipped, params):
@@ -254,7 +247,8 @@ def _is_fused_adam(opt) -> bool:
     return isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) and all(g.get("fused") for g in opt.param_groups)
 
 
-def check_nonfinite_at_exit() -> None:
-    """The last step's flag of every sync-free guard (the loop has ended without another step to read it)."""
-    for guard in _GUARDS:
+def check_nonfinite_at_exit(hand_offs: HandOffs) -> None:
+    """The last step's flag of every sync-free guard of the run (the loop has ended without another step
+    to read it)."""
+    for guard in hand_offs.guards:
         guard.check()

@@ -48,6 +48,8 @@ def write_metadata_after_hf_save(checkpointer, model_args) -> None:
     """Make torchtitan's HF saves complete Hugging Face directories: after the weights (consolidated
     into ``model-00001-of-00001.safetensors`` by DCP's coordinator, rank 0), rank 0 writes config.json
     (and CoLA's modeling file) into the same folder. Wraps this checkpointer only."""
+    from . import patches
+
     save = checkpointer.dcp_save
 
     def dcp_save(state_dict, checkpoint_id, *args, to_hf: bool = False, **kwargs):
@@ -60,4 +62,4 @@ def write_metadata_after_hf_save(checkpointer, model_args) -> None:
             shutil.rmtree(Path(checkpoint_id) / "sharded", ignore_errors=True)
         return out
 
-    checkpointer.dcp_save = dcp_save
+    patches.apply("hf_save_writes_config", dcp_save, owner=checkpointer)

@@ -104,7 +104,6 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
-    model.skip_nonfinite_steps = boost.skip_nonfinite_steps  # read by train_spec.build_optimizers_cola
     return model
 
 

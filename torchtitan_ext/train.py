@@ -23,6 +23,7 @@ import sys
 from torchtitan import train as titan_train
 
 from .faults import check_nonfinite_at_exit
+from .train_spec import registered_hand_offs
 from .hf_adapter import write_metadata_after_hf_save
 
 
@@ -36,7 +37,7 @@ class Trainer(titan_train.Trainer):
 
 def main_then_exit(trainer_class=Trainer) -> None:
     titan_train.main(trainer_class)  # trains, closes the trainer, destroys the process group; raises on failure
-    check_nonfinite_at_exit()  # the last step's flag (a fused optimizer's guard reads it one step late)
+    check_nonfinite_at_exit(registered_hand_offs())  # the last step's flag (a fused optimizer's guard reads it one step late)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -24,7 +24,9 @@ from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
 from boost_titan.parallel import local_shards
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
 
+from . import patches
 from .faults import NonFiniteGuard, note_clip_norm
+from .hand_offs import HandOffs
 from .hf_adapter import ColaStateDictAdapter
 from .logs import build_metrics_processor
 from .parallelize import parallelize_cola
@@ -58,15 +60,17 @@ class JobModelArgs(TransformerArgs):
 JOB_FLAVORS = Flavors({name: JobModelArgs(**dataclasses.asdict(args)) for name, args in FLAVORS.items()})
 
 
-def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn):
+def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn, *,
+                  hand_offs: HandOffs):
     """torchtitan's ``pipeline_llm``; a tied embedding / lm_head is kept tied across the stages.
 
     The first stage's embedding owns the matrix, the last stage's lm_head mirrors it
     (:class:`~boost_titan.parallel.pipeline.TiedPipelineEmbeddings`): the schedule's ``step`` is
     wrapped to fold the mirror's gradient into the owner's after the train step's last backward (the
     loop calls ``step`` once per gradient-accumulation microbatch), and :func:`build_optimizers_cola`
-    refreshes the mirror after every optimizer step.
+    (handed the mirror through ``hand_offs``) refreshes it after every optimizer step.
     """
+    hand_offs.start(job_config)
     schedule, parts, has_first, has_last = pipeline_llm(model, parallel_dims, job_config, device, model_args,
                                                        parallelize_fn, loss_fn)
     if model_args.tie_embeddings:
@@ -82,48 +86,47 @@ def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallel
                 tied.reduce_grads()
             return out
 
-        schedule.step = step_then_reduce_tied_grads
-        for part in parts:
-            part.tied_pipeline_embeddings = tied
+        patches.apply("schedule_step_reduces_tied_grads", step_then_reduce_tied_grads, owner=schedule)
+        hand_offs.tied_embeddings = tied
         logger.info("Tied embedding / lm_head across pipeline stages: the last stage mirrors the first "
                     "stage's matrix (gradients summed once per step, weights copied after each optimizer step)")
     return schedule, parts, has_first, has_last
 
 
-def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None):
+def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None, *, hand_offs: HandOffs):
     """torchtitan's optimizers, stepping on the local shards of DTensor parameters (and the loop's
     gradient clipping with them: :mod:`boost_titan.parallel.local_shards`), behind a guard against
-    non-finite gradients (:class:`NonFiniteGuard`); with a tied matrix split across pipeline stages,
-    its mirror is refreshed after every step (see :func:`pipeline_cola`)."""
+    non-finite gradients (:class:`NonFiniteGuard`, ``[boost] skip_nonfinite_steps`` from ``hand_offs``:
+    torchtitan hands this builder only the ``[optimizer]`` section); with a tied matrix split across
+    pipeline stages, its mirror is refreshed after every step (see :func:`pipeline_cola`)."""
     optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
     if all(local_shards.step_on_local_shards(opt) for opt in getattr(optimizers, "optimizers", [])):
         logger.info("Optimizer step and gradient clipping on the local shards of the parameters")
-    _clip_on_local_shards()
-    # torchtitan hands this builder only the [optimizer] section: parallelize_cola left the flag on the model
-    skip = getattr(model_parts[0], "skip_nonfinite_steps", False)
-    optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=skip))
-    tied = getattr(model_parts[0], "tied_pipeline_embeddings", None)
+    clip_on_local_shards(hand_offs)
+    optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=hand_offs.boost.skip_nonfinite_steps,
+                                                     hand_offs=hand_offs))
+    tied = hand_offs.tied_embeddings
     if tied is not None:
         optimizers.register_step_post_hook(lambda *args, **kwargs: tied.copy_weight())
     return optimizers
 
 
-def _clip_on_local_shards() -> None:
+def clip_on_local_shards(hand_offs: HandOffs) -> None:
     """The loop clips through ``torchtitan.distributed.utils.clip_grad_norm_`` (looked up at each call):
     point it at the local-shard version, which hands whatever it does not cover back to the original,
     and hand the norm it returns to the non-finite guard (:func:`faults.note_clip_norm`)."""
     original = dist_utils.clip_grad_norm_
     if getattr(original, "on_local_shards", False):
-        return
+        original = original.original  # a later run's hand-offs replace the earlier one's
 
     def clip_grad_norm_(parameters, *args, **kwargs):
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         total_norm = local_shards.clip_grad_norm_(parameters, *args, fallback=original, **kwargs)
-        note_clip_norm(parameters, total_norm)
+        note_clip_norm(hand_offs, parameters, total_norm)
         return total_norm
 
-    clip_grad_norm_.on_local_shards = True
-    dist_utils.clip_grad_norm_ = clip_grad_norm_
+    clip_grad_norm_.on_local_shards, clip_grad_norm_.original = True, original
+    patches.apply("clip_grad_norm_on_local_shards", clip_grad_norm_)
 
 
 def fused_linear_cross_entropy_loss(pred: HeadInput, labels: torch.Tensor) -> torch.Tensor:
@@ -181,13 +184,27 @@ def _data_errors_as_one_line(build):
     return wrapped
 
 
-def train_spec() -> TrainSpec:
-    return TrainSpec(
+@dataclasses.dataclass
+class ColaTrainSpec(TrainSpec):
+    """torchtitan's TrainSpec plus the run's :class:`HandOffs`, which its functions share."""
+
+    hand_offs: HandOffs = dataclasses.field(default_factory=HandOffs)
+
+
+def train_spec() -> ColaTrainSpec:
+    hand_offs = HandOffs()
+
+    def parallelize(model, parallel_dims, job_config):
+        hand_offs.start(job_config)
+        return parallelize_cola(model, parallel_dims, job_config)
+
+    return ColaTrainSpec(
+        hand_offs=hand_offs,
         model_cls=Transformer,
         model_args=JOB_FLAVORS,
-        parallelize_fn=parallelize_cola,
-        pipelining_fn=pipeline_cola,
-        build_optimizers_fn=build_optimizers_cola,
+        parallelize_fn=parallelize,
+        pipelining_fn=functools.partial(pipeline_cola, hand_offs=hand_offs),
+        build_optimizers_fn=functools.partial(build_optimizers_cola, hand_offs=hand_offs),
         build_lr_schedulers_fn=build_lr_schedulers,
         build_dataloader_fn=_data_errors_as_one_line(build_dataloader),
         build_tokenizer_fn=build_tokenizer,
@@ -204,3 +221,8 @@ def register() -> None:
         get_train_spec(NAME)
     except ValueError:
         register_train_spec(NAME, train_spec())
+
+
+def registered_hand_offs() -> HandOffs:
+    """The hand-offs of the registered family's spec (the run in this process)."""
+    return get_train_spec(NAME).hand_offs
