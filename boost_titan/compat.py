@@ -14,9 +14,11 @@ TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")
 
 # ---- activation checkpointing wrappers (torch.distributed.algorithms._checkpoint, 2.0 – 2.15) -----
 # torchtitan 0.2.2 wraps blocks with the same ``checkpoint_wrapper``; we must recognise its wrapper.
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (  # noqa: E402  (re-exported)
+    ActivationWrapper as ActivationWrapper,
+)
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (  # noqa: E402
-    ActivationWrapper,
-    checkpoint_wrapper,
+    checkpoint_wrapper as checkpoint_wrapper,
 )
 
 # ---- autograd: write into a saved buffer without bumping its version (2.1 – 2.15) ----------------

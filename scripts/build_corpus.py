@@ -338,7 +338,8 @@ def clean_info(body: str) -> str:
 LINUXDOC_SOURCES = re.compile(r"\./usr/share/doc/linux-doc-6\.1/html/_sources/(.*)\.rst\.txt")
 LINUXDOC_SKIP = re.compile(r"(translations|hwmon|userspace-api/media)/.*")  # not English / templated reference
 RST_ROLE = re.compile(r":[\w:+-]+:`([^`<]*?)\s*(?:<[^`>]*>)?`")
-RST_BLOCK = re.compile(r"^\.\. (toctree|kernel-doc|contents|include|raw|index|only|cssclass|csv-table)::.*\n(?:[ \t]+.*\n|[ \t]*\n)*", re.M)
+RST_BLOCK = re.compile(r"^\.\. (toctree|kernel-doc|contents|include|raw|index|only|cssclass|csv-table)::.*\n"
+                       r"(?:[ \t]+.*\n|[ \t]*\n)*", re.M)
 RST_NOISE = re.compile(r"^(\.\. .*|\s*[=\-~^*+#`'\".:_]{3,}|\s*=+( +=+)+|\s*[+|][-=+|\s]*[+|])\s*$", re.M)
 
 

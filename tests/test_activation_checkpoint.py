@@ -20,7 +20,7 @@ from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_on_local_shards
 from boost_titan.parallel.local_shards import local_tensor
 
-from dist import TINY, run_distributed
+from conftest import TINY, run_distributed
 
 ARGS = TINY
 

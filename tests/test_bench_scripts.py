@@ -8,14 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from scripts.bench.common import (bucket, format_table, interleaved_time_ms, removal_bounds, trace_buckets, trace_gaps,
-                                      trace_top_kernels, write_results)
+from scripts.bench import emulate
+from scripts.bench.common import (
+    bucket,
+    format_table,
+    interleaved_time_ms,
+    removal_bounds,
+    trace_buckets,
+    trace_gaps,
+    trace_top_kernels,
+    write_results,
+)
+from scripts.bench.e2e import variant
 from scripts.bench.gemm_ops import Operands, best_rows
+from scripts.bench.loss_match import compare
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
 from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
-from scripts.bench import emulate
-from scripts.bench.e2e import variant
-from scripts.bench.loss_match import compare
 
 
 @pytest.mark.parametrize("steps, points, log_freq, expected", [
@@ -274,7 +282,8 @@ def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
 def test_emulate_runs_on_cpu(tmp_path):
     """Two tiny rows through the fake backend on CPU: parsed, split efficiency and a prediction present."""
     out = tmp_path / "emu"
-    proc = subprocess.run([sys.executable, "-m", "scripts.bench.emulate", "--rows", "tiny:tp1,btp", "--seq-len", "64", "--steps", "3",
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.emulate", "--rows", "tiny:tp1,btp", "--seq-len", "64",
+                           "--steps", "3",
                            "--skip", "1", "--extra=--boost.synthetic_vocab_size 512 --compile.no-enable",
                            "--out", str(out)], cwd=Path(emulate.__file__).parents[2], capture_output=True, text=True,
                           timeout=300)

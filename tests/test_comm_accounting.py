@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
-from scripts.bench import comm_volume
-from boost_titan.planner.collectives import MiB, layer_collectives, summarize
 from boost_titan.compat import checkpoint_wrapper
 from boost_titan.models import FLAVORS
+from boost_titan.planner.collectives import MiB, layer_collectives, summarize
+from scripts.bench import comm_volume
 
-from dist import TINY
+from conftest import TINY
 
 B, S = 2, 16
 ARGS = TINY.replace(n_layers=1)
@@ -59,7 +59,8 @@ def test_ungrouped_issues_one_all_reduce_per_factor():
 
 
 def test_vanilla_matches_boost_counts():
-    """BOOST's vanilla TP (docs/design.md, "Tensor-parallel strategies"): 7 forward all-reduces of the B outputs, 4 backward of the A inputs."""
+    """BOOST's vanilla TP (docs/design.md, "Tensor-parallel strategies"): 7 forward all-reduces of the B
+    outputs, 4 backward of the A inputs."""
     calls = layer_collectives("vanilla", ARGS, 4, B, S)
     assert ops(calls, "forward") == all_reduces(D, D, D, D, F, F, D)
     assert ops(calls, "backward") == all_reduces(F, D, D, D)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from boost_titan.planner import comm_model
-from boost_titan.planner.comm_model import Interconnect, collective_seconds
-from boost_titan.planner.collectives import Collective, model_collectives
 from boost_titan.models import FLAVORS
+from boost_titan.planner import comm_model
+from boost_titan.planner.collectives import Collective, model_collectives
+from boost_titan.planner.comm_model import Interconnect, collective_seconds
 
 LINK = Interconnect(alpha_s=10e-6, bus_bw=100e9)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.distributed.pipelining.stage import PipelineStage
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 HOOK = hasattr(PipelineStage, "_shape_inference")  # torch 2.11's pipelining (the GPU image's)
 
 

@@ -4,11 +4,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 EXAMPLE = ROOT / "examples" / "btp_in_user_code.py"
 
 

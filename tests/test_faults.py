@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--model.flavor", "tiny", "--training.dataset", "synthetic", "--boost.tokenizer", "none",
-        "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64", "--training.local_batch_size", "2",
-        "--metrics.log_freq", "1"]
+from conftest import ROOT, TINY_RUN
 
 
 def _alive(pid: int) -> bool:
@@ -33,7 +30,7 @@ def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
     """SIGKILL of torchrun (the launcher) mid-training: both ranks are gone within seconds, instead of
     training on, parented to init (torchrun starts each worker in a session of its own)."""
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen(["./scripts/run_train.sh", *TINY, "--training.steps", "2000",
+    proc = subprocess.Popen(["./scripts/run_train.sh", *TINY_RUN, "--training.steps", "2000",
                              "--job.dump_folder", str(tmp_path / "dump")], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, "NGPU": "2"}, start_new_session=True)
     workers = []
@@ -74,7 +71,7 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
     lock = json.loads(lock_file.read_text())
     assert lock["host"] == socket.gethostname() and lock["pid"] == os.getpid()
 
-    proc = subprocess.run(["./scripts/run_train.sh", *TINY, "--training.steps", "2", "--checkpoint.enable",
+    proc = subprocess.run(["./scripts/run_train.sh", *TINY_RUN, "--training.steps", "2", "--checkpoint.enable",
                            "--job.dump_folder", str(tmp_path / "dump")], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "NGPU": "2"}, timeout=120)
     assert proc.returncode == 2 and "Training starts" not in proc.stdout + proc.stderr
@@ -92,7 +89,7 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
 
 def _blow_up(tmp_path, *extra):
     """A run whose weights explode at step 1 (lr 1e30): step 2's loss and gradients are nan."""
-    return subprocess.run(["./scripts/run_train.sh", *TINY, "--training.steps", "5", "--optimizer.lr", "1e30",
+    return subprocess.run(["./scripts/run_train.sh", *TINY_RUN, "--training.steps", "5", "--optimizer.lr", "1e30",
                            "--lr_scheduler.warmup_steps", "0", "--checkpoint.enable", "--checkpoint.interval", "1",
                            "--job.dump_folder", str(tmp_path / "dump"), *extra], cwd=ROOT, capture_output=True,
                           text=True, env={**os.environ, "NGPU": "2"}, timeout=200)
@@ -281,7 +278,7 @@ def _metrics(log: str) -> dict[int, str]:
     return out
 
 
-RESUME_ARGS = [*TINY, "--parallelism.tensor_parallel_degree", "2", "--training.steps", "30", "--checkpoint.enable",
+RESUME_ARGS = [*TINY_RUN, "--parallelism.tensor_parallel_degree", "2", "--training.steps", "30", "--checkpoint.enable",
                "--checkpoint.interval", "5", "--debug.seed", "7"]
 
 # injected into the ranks of one run by the test (a sitecustomize on their PYTHONPATH): the process that

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from boost_titan.models import FLAVORS, Transformer
-from boost_titan.ops import gemm as gemm_module
 from boost_titan.models.model import Projection
 from boost_titan.ops import float8
+from boost_titan.ops import gemm as gemm_module
 from boost_titan.ops.gemm import gemm
 
 pytest.importorskip("torchao.float8")

@@ -19,7 +19,7 @@ from boost_titan.generation import generate, sample_next
 from boost_titan.hf import args_from_hf_config, hf_config, load_hf, save_hf
 from boost_titan.models import Transformer
 
-from dist import TINY
+from conftest import TINY
 
 transformers = pytest.importorskip("transformers")
 
@@ -114,7 +114,7 @@ def test_config_round_trip_and_clear_errors():
 def test_exporter_needs_no_transformers(tmp_path):
     """Writing and reading an export works with transformers unimportable."""
     code = ("import sys; sys.modules['transformers'] = None; sys.path.insert(0, 'tests')\n"
-            "import torch\nfrom dist import TINY\nfrom boost_titan.models import Transformer\n"
+            "import torch\nfrom conftest import TINY\nfrom boost_titan.models import Transformer\n"
             "from boost_titan.hf import save_hf, load_hf\n"
             "m = Transformer(TINY); m.init_weights(torch.device('cpu'))\n"
             f"save_hf({str(tmp_path)!r}, m.state_dict(), TINY)\n"

@@ -11,7 +11,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 from torchtitan.distributed import utils as dist_utils
 
 from boost_titan.parallel.local_shards import LocalShardAdamW, clip_grad_norm_, step_on_local_shards
-from tests.dist import run_distributed
+
+from conftest import run_distributed
 
 LAYOUTS = [((8, 6), [Shard(0), Shard(1)]), ((6, 4), [Replicate(), Shard(0)]), ((4, 10), [Shard(1), Replicate()]),
            ((5,), [Replicate(), Replicate()]), ((4, 2, 6), [Shard(2), Shard(0)])]

@@ -14,14 +14,15 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from dist import TINY, run_distributed
+from conftest import TINY, run_distributed
 
 CONFIG = "train_configs/debug_cpu.toml"
 
 
 def _job_config(*overrides: str):
-    import torchtitan_ext  # noqa: F401  (registers the family and, on CPU, the shim)
     from torchtitan.config import ConfigManager
+
+    import torchtitan_ext  # noqa: F401  (registers the family and, on CPU, the shim)
 
     return ConfigManager().parse_args(["--job.config_file", CONFIG, *overrides])
 

@@ -18,9 +18,9 @@ import subprocess
 import time
 
 import pytest
-
-from dist import _free_port
 from test_torchtitan_e2e import COMMON, CONFIG, ROOT, RUN_TRAIN, TP2, tiny
+
+from conftest import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,7 @@ def _start(dump, args, ngpu: int, log_rank: int, **env) -> subprocess.Popen:
 
 
 def _nodes(dump, args, nodes: int = 2, ngpu: int = 2, log_rank: int = 0) -> list[subprocess.Popen]:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     return [_start(dump, args, ngpu, log_rank, NNODES=str(nodes), NODE_RANK=str(i), RDZV_ENDPOINT=endpoint,
                    RDZV_ID="test") for i in range(nodes)]
 

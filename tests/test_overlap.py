@@ -5,7 +5,8 @@ compiler pass can reorder it (without it, Inductor's peak-memory reordering move
 reduce-scatter wait before the dW GEMM: the contrast below). Here a tp 2 block of each strategy is
 compiled on gloo: the backward code Inductor generates must call that op for every input-gradient
 collective and leave none of those collectives bare, and its gradients, like eager's, must equal the
-fp64 block's within fp32 rounding (eager's equal tp 1's: test_tp_parity.py). The op's inner order is read by the collective recorder
+fp64 block's within fp32 rounding (eager's equal tp 1's: test_tp_parity.py). The op's inner order is read by the
+collective recorder
 (test_comm_model.py: each backward collective overlaps its dW GEMM's FLOPs).
 """
 
@@ -18,14 +19,14 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from boost_titan.models import Transformer
-from boost_titan.ops import comm
-from boost_titan.ops import gemm
+from boost_titan.ops import comm, gemm
 from boost_titan.parallel import apply_tp, stream_shape
 
-from dist import TINY, assert_fp32_reassociation_close, run_distributed
+from conftest import TINY, assert_fp32_reassociation_close, run_distributed
 
 _OP = re.compile(r"torch\.ops\.boost_titan\.matmul_nt_backward_synced\.default\(.*'(copy|gather)'")
-_BARE = re.compile(r"^\s*(?:\w+ = )?torch\.ops\._c10d_functional\.(all_reduce_|reduce_scatter_tensor|all_gather_into_tensor)\.default\(")
+_BARE = re.compile(r"^\s*(?:\w+ = )?torch\.ops\._c10d_functional\."
+                   r"(all_reduce_|reduce_scatter_tensor|all_gather_into_tensor)\.default\(")
 _WAIT = re.compile(r"_c10d_functional\.wait_tensor\.default\((\w+)")
 BATCH, SEQ = 2, 16
 _GEMM = re.compile(r"extern_kernels\.(?:bmm|mm|addmm)\(")

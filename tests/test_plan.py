@@ -1,9 +1,9 @@
 """The layout planner's arithmetic (``python -m boost_titan.planner``) against hand computations."""
 
-import pytest
-
 import dataclasses
 import types
+
+import pytest
 
 from boost_titan.models import FLAVORS
 from boost_titan.models.args import count_params, flops_per_token
@@ -19,14 +19,14 @@ def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
         module = STRATEGIES[name]
         monkeypatch.setattr(module, "PLANNER", dataclasses.replace(module.PLANNER, tflops_by_tp=by_tp))
 
-TINY = FLAVORS["tiny"]  # d 64, 2 layers, 4 heads, f 160, r 16, V 512, untied
+TINY_FLAVOR = FLAVORS["tiny"]  # d 64, 2 layers, 4 heads, f 160, r 16, V 512, untied
 
 
 def test_layouts_are_exactly_the_valid_ones():
-    found = plan.layouts(TINY, 8)
+    found = plan.layouts(TINY_FLAVOR, 8)
     for layout in found:
-        assert layout.tp * layout.pp * layout.dp == 8 and TINY.n_layers % layout.pp == 0
-        check_tp(layout.strategy, TINY, layout.tp)
+        assert layout.tp * layout.pp * layout.dp == 8 and TINY_FLAVOR.n_layers % layout.pp == 0
+        check_tp(layout.strategy, TINY_FLAVOR, layout.tp)
     assert not any(layout.tp == 8 for layout in found)  # 4 heads: tp 8 cannot shard them
     assert not any(layout.strategy == "vanilla" and layout.tp == 1 for layout in found)  # same as btp there
     assert {layout.pp for layout in found} == {1, 2}  # 2 layers

@@ -5,7 +5,7 @@ from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost_titan.parallel import STRATEGIES, BottleneckParallel, DenseColwiseParallel, tp_plan
 
-from dist import TINY
+from conftest import TINY
 
 ARGS = TINY
 DENSE = ARGS.replace(attn_rank=0, mlp_rank=0)

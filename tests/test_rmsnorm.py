@@ -6,7 +6,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from boost_titan.ops.rmsnorm import online_rms_norm_linear, pack_statistic, sync_rms_norm, unpack_statistic
 
-from dist import run_distributed
+from conftest import run_distributed
 
 
 def _reference(x, gamma, w, eps):
@@ -44,7 +44,7 @@ def _check(rank, tp):
         for what, got, want in [("y", y, y_ref), ("dx", xi.grad, xr.grad[..., sl]),
                                 ("dgamma", gi.grad, gr.grad[sl]), ("dW", wi.grad, wr.grad[..., sl])]:
             torch.testing.assert_close(got.double(), want.detach(), rtol=1e-5, atol=1e-5 * want.abs().max().item(),
-                                       msg=lambda m: f"{mode} tp={tp} eps={eps} {what}: {m}")
+                                       msg=lambda m, what=what, mode=mode, eps=eps: f"{mode} tp={tp} eps={eps} {what}: {m}")
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

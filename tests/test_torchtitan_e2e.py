@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dist import _free_port
+
+from conftest import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
 RUN_TRAIN = ROOT / "scripts" / "run_train.sh"
 CONFIG = ROOT / "train_configs" / "debug_cpu.toml"
 TIMEOUT_S = 420
@@ -209,7 +209,7 @@ def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> R
     cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args, *extra]
     nodes = [{}] if spec.nodes == 1 else [
         {"NNODES": str(spec.nodes), "NODE_RANK": str(i), "RDZV_ENDPOINT": endpoint, "RDZV_ID": name}
-        for endpoint in [f"127.0.0.1:{_free_port()}"] for i in range(spec.nodes)]
+        for endpoint in [f"127.0.0.1:{free_port()}"] for i in range(spec.nodes)]
     start = time.monotonic()
     procs = [subprocess.Popen(cmd, cwd=ROOT, env={**env, **node}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)  # own process group: killable as a whole
@@ -448,9 +448,9 @@ def test_checkpoint_resume_and_tp_parity(runs):
     printed_full, printed_resumed = full.metric_strings(), resumed.metric_strings()
     assert sorted(printed_resumed) == list(range(16, 31)), sorted(printed_resumed)
     assert printed_resumed == {s: printed_full[s] for s in range(16, 31)}
-    for tag in (tag, "grad_norm"):
-        expected = {s: v for s, v in full.tensorboard(tag).items() if s > 15}
-        assert resumed.tensorboard(tag) == expected, f"{tag}: resumed run differs from the uninterrupted one"
+    for metric in (tag, "grad_norm"):
+        expected = {s: v for s, v in full.tensorboard(metric).items() if s > 15}
+        assert resumed.tensorboard(metric) == expected, f"{metric}: resumed run differs from the uninterrupted one"
 
 
 def test_default_configs_resume_from_the_last_save(runs):

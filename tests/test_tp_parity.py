@@ -17,7 +17,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from boost_titan.models import Transformer
 from boost_titan.parallel import apply_tp
 
-from dist import TINY, run_distributed
+from conftest import TINY, run_distributed
 
 BASE = TINY
 

@@ -18,9 +18,9 @@ def problems(argv: list[str], world_size: int, nodes: int = 1, node_rank: str = 
              rdzv_endpoint: str = "") -> list[str]:
     """The config's problems, in the order a run would hit them (empty: fine). ``world_size`` counts
     the ranks of all ``nodes`` (NGPU ranks each)."""
-    import torchtitan_ext  # noqa: F401  (registers the family and the [boost] section)
     from torchtitan.config import ConfigManager
 
+    import torchtitan_ext  # noqa: F401  (registers the family and the [boost] section)
     from boost_titan.data.datasets import DATASETS, VALIDATION_SPLITS, check_text_dataset
     from boost_titan.models import FLAVORS
     from boost_titan.parallel import check_tp

@@ -23,8 +23,8 @@ import sys
 from torchtitan import train as titan_train
 
 from .faults import check_nonfinite_at_exit
-from .train_spec import registered_hand_offs
 from .hf_adapter import write_metadata_after_hf_save
+from .train_spec import registered_hand_offs
 
 
 class Trainer(titan_train.Trainer):

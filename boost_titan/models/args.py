@@ -84,7 +84,7 @@ class TransformerArgs(BaseModelArgs):
     def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
         return count_params(self), flops_per_token(self, seq_len)
 
-    def replace(self, **changes) -> "TransformerArgs":
+    def replace(self, **changes) -> TransformerArgs:
         return dataclasses.replace(self, **changes)
 
 

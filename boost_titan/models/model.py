@@ -15,7 +15,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from torchtitan.protocols.model import ModelProtocol
 
 from boost_titan.ops import comm

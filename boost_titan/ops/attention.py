@@ -91,7 +91,8 @@ def _flash_choice(device_type: str, capability: tuple[int, int] | None):
     except ImportError as e:
         missing.append(f"flash-attn 2 ({e})")
         raise RuntimeError("attention='flash' but no flash-attn kernel can be loaded: "
-                           + "; ".join(missing) + ". Install flash-attn-4 (Hopper) or flash-attn, or use attention='sdpa'")
+                           + "; ".join(missing) + ". Install flash-attn-4 (Hopper) or flash-attn, or use attention='sdpa'"
+                           ) from None
     return functools.partial(flash_attn_func, causal=True), "flash-attn 2 (flash_attn.flash_attn_func)"
 
 

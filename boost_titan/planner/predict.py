@@ -39,12 +39,14 @@ Every number printed is a prediction from three parts, each stated here so it ca
   AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
   1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
   ``one_rank_wrapper_bytes_per_param``); activations per token and layer ``(A_sh / tp + A_rep) · d``
-  bytes, with (A_sh, A_rep) the strategy's ``PLANNER.activation_d``, fitted to the peaks measured on one H200 (tp > 1: emulated; below), times the stage's
+  bytes, with (A_sh, A_rep) the strategy's ``PLANNER.activation_d``, fitted to the peaks measured on one
+  H200 (tp > 1: emulated; below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``budget`` keeps 0.71
   (CoLA) / 0.68 (full rank) of that (1B, b 4: peaks 41.3 → 31.6 and 46.3 → 37.6 GiB measured,
   ``e2e_mb_s11.md``, above this model's 8.1 / 19.0 GiB of model states; under TP and FSDP assumed the
   same: a compiled btp tp 2 block on the CPU saves 0.70 of its bytes with it, as one at tp 1 does,
-  ``tests/test_activation_checkpoint.py``), ``lowrank`` keeps 0.20 of that (1B, compiled: peak 44.0 → 15.1 GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
+  ``tests/test_activation_checkpoint.py``), ``lowrank`` keeps 0.20 of that (1B, compiled: peak 44.0 → 15.1
+  GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
   model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
   activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
 
@@ -53,7 +55,6 @@ The measured constants live in ``measured_h200.json`` beside this file, each wit
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 

@@ -21,12 +21,11 @@ import contextlib
 import torch
 import torch.nn as nn
 
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
-
-from boost_titan.planner.trace import fake_world
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel import apply_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
+from boost_titan.planner.trace import fake_world
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
 
 B, S = 4, 4096
 
@@ -74,7 +73,7 @@ def measure(flavor, layers, mesh, ac):
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - before) / 2**30
     ms = cuda_time_ms(step, warmup=2, repeats=5)
-    del model, x
+    model = x = None  # freed before the next configuration (the closure holds them too)
     torch.cuda.empty_cache()
     return {"setting": f"{flavor}@tp{tp}", "layers": layers, "ac": ac, "act_mem_gib": peak,
             "act_mem_gib_per_layer": peak / layers, "fwd_bwd_ms": ms, "ms_per_layer": ms / layers}

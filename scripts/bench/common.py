@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -145,7 +145,8 @@ def interleaved_time_ms(
     """Median time (ms) of each of several functions, timed in ``rounds`` interleaved rounds.
 
     Each round times every function ``repeats`` times in turn, so clock and thermal drift (which
-    moves an H200's GEMM throughput by several percent within a minute: docs/results/clocks.md) falls on all of them alike instead of
+    moves an H200's GEMM throughput by several percent within a minute: docs/results/clocks.md) falls on all
+    of them alike instead of
     on whichever ran last. Timing as in :func:`cuda_time_ms`; graphs are captured once, up front.
     """
     if device is None:
@@ -168,7 +169,7 @@ def interleaved_time_ms(
             graphs.append(graph)
             runs[name] = graph.replay
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for name, run in runs.items():
+    for run in runs.values():
         for _ in range(warmup):
             run()
     for _ in range(rounds):
@@ -383,8 +384,8 @@ def trace_gaps(trace_path: str | Path, min_us: float = 10.0, n: int = 12) -> lis
         groups[key][0] += 1
         groups[key][1] += idle
         groups[key][2] = max(groups[key][2], idle)
-    rows = [{"after_sync": s, "launched_by": l, "gaps": c, "idle_ms": ms, "max_ms": mx}
-            for (s, l), (c, ms, mx) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:n]]
+    rows = [{"after_sync": s, "launched_by": launcher, "gaps": c, "idle_ms": ms, "max_ms": mx}
+            for (s, launcher), (c, ms, mx) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:n]]
     total = sum(g[1] for g in groups.values())
     return rows + [{"after_sync": "", "launched_by": f"ALL gaps >= {min_us:g} us", "gaps": len(found),
                     "idle_ms": total, "max_ms": max((g[2] for g in groups.values()), default=0.0)}]

@@ -23,8 +23,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from scripts.bench.common import (bucket_rows, env_info, print_table, removal_bounds, trace_buckets, trace_gaps,
-                                      write_results)
+from scripts.bench.common import (
+    bucket_rows,
+    env_info,
+    print_table,
+    removal_bounds,
+    trace_buckets,
+    trace_gaps,
+    write_results,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -174,7 +181,8 @@ def main() -> None:
                      *a.extra.split()]
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
-        run = run_train(config, overrides, a.ngpu, log_dir / f"{name.replace('+', '.')}.log", emulate_rank=0 if a.emulate else None)
+        log = log_dir / f"{name.replace('+', '.')}.log"
+        run = run_train(config, overrides, a.ngpu, log, emulate_rank=0 if a.emulate else None)
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])

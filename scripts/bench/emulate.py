@@ -13,7 +13,8 @@ per-GPU rate that the rank keeps (1.0 = a perfect tp-way split of the tp 1 step)
 
 A pipeline layout's row is emulated without its pipeline: the rank's compute of the whole model at
 its tp and one microbatch (``--microbatch`` samples, default 1, torchtitan's default), which the model
-splits into pp equal stages and schedules as 1F1B over the batch's microbatches. ``--stages`` also plays each stage's first rank inside the real pipeline
+splits into pp equal stages and schedules as 1F1B over the batch's microbatches. ``--stages`` also plays each
+stage's first rank inside the real pipeline
 schedule (torchtitan_ext.emulate answers the later stages' shape exchange; torch 2.11): the stage's
 compute for all its microbatches, with no wait on its neighbours — how unequal the stages are (the
 last one holds the lm_head and the loss). Those rows form a section of their own. BOOST's Fig. 5
@@ -35,13 +36,20 @@ import shutil
 import statistics
 from pathlib import Path
 
-from boost_titan.planner import comm_model
-from scripts.bench.common import (bucket_rows, env_info, print_table, trace_buckets, trace_gaps, trace_top_kernels,
-                                      write_results)
-from boost_titan.planner.collectives import model_collectives
 from boost_titan.models import FLAVORS
 from boost_titan.parallel import STRATEGIES as PLANS
 from boost_titan.parallel import stream_shape
+from boost_titan.planner import comm_model
+from boost_titan.planner.collectives import model_collectives
+from scripts.bench.common import (
+    bucket_rows,
+    env_info,
+    print_table,
+    trace_buckets,
+    trace_gaps,
+    trace_top_kernels,
+    write_results,
+)
 from scripts.bench.e2e import ROOT, run_train
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
@@ -189,7 +197,8 @@ def add_predictions(rows: list[dict], seq: int, buckets: dict, stage_rows: list[
     table = []
     for r in rows:
         if r.get("ok") and r["strategy"] != "tp1":
-            stages = [s for s in stage_rows if (s["flavor"], s["strategy"], s["batch"]) == (r["flavor"], r["strategy"], r["batch"])]
+            key = (r["flavor"], r["strategy"], r["batch"])
+            stages = [s for s in stage_rows if (s["flavor"], s["strategy"], s["batch"]) == key]
             r.update(predict(r, r["batch"], seq, buckets.get(run_name(r, r["batch"])), stages))
     for (flavor, batch) in dict.fromkeys((r["flavor"], r["batch"]) for r in rows):
         by = {r["strategy"]: r for r in rows if (r["flavor"], r["batch"]) == (flavor, batch) and "pred_step_s" in r}
@@ -279,7 +288,8 @@ def main() -> None:
     fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
                  "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va", "basis"]
     link = comm_model.H200_NODE
-    sections = [("PREDICTED step time per layout (s): emulated compute + modelled communication", fig5, fig5_cols)] if fig5 else []
+    title = "PREDICTED step time per layout (s): emulated compute + modelled communication"
+    sections = [(title, fig5, fig5_cols)] if fig5 else []
     if stage_rows:
         sections.append((STAGES_HEADING, stage_rows, STAGE_COLUMNS))
     if profiles:
@@ -307,7 +317,8 @@ def main() -> None:
                  "boost_titan/planner/comm_model.py for the sources), exposed except what the GEMMs issued while "
                  "a backward collective is in flight hide (counted from the code's order, at "
                  f"{comm_model.OVERLAP_GEMM_FLOPS / 1e12:.0f} TFLOP/s, ideal overlap); pp: 1F1B over the "
-                 "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, else GPU-bound "
+                 "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, "
+                 "else GPU-bound "
                  "from the traced kernels (--profile); `basis` says which (see predict()).")
     write_results(a.out, rows, meta, title, columns=cols, sections=sections, notes=notes)
     if profiles:

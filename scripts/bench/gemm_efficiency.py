@@ -25,9 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scripts.bench.layer_gemms import layer_gemms as trace_layer_gemms
 from boost_titan.models import TransformerArgs
-
 from scripts.bench.common import (
     H200_DATASHEET_BF16_TFLOPS,
     PeakGemm,
@@ -37,6 +35,7 @@ from scripts.bench.common import (
     pyplot,
     write_results,
 )
+from scripts.bench.layer_gemms import layer_gemms as trace_layer_gemms
 
 SIZES = {"tiny": (256, 512), "1B": (2048, 5472), "3B": (3072, 8192), "7B": (4096, 11008), "13B": (5120, 13824)}  # d, f
 STRATEGIES = ("fullrank", "vanilla", "btp")

@@ -158,7 +158,7 @@ class Operands:
                 for buf in (self.y, self.dx, self.dw, self.dw_t):
                     buf.zero_()
                 got = self.result(product, name, fn()).float()
-                torch.testing.assert_close(got, ref, **tol, msg=lambda s: f"{product}/{name}: {s}")
+                torch.testing.assert_close(got, ref, **tol, msg=lambda s, product=product, name=name: f"{product}/{name}: {s}")
 
 
 def with_blas(library: str, fn: callable) -> callable:

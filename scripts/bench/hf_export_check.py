@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from scripts.bench.common import env_info, print_table, write_results
 from boost_titan.checkpoints import load_model
 from boost_titan.generation import generate
+from scripts.bench.common import env_info, print_table, write_results
 
 
 def _seconds(fn) -> tuple[object, float]:

@@ -14,13 +14,13 @@ import argparse
 import time
 from dataclasses import asdict
 
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
 from boost_titan.data import build_tokenizer
 from boost_titan.data.datasets import PackedText
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
 
 def tokens_per_s(loader, batches: int, skip: int) -> float:

@@ -22,11 +22,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
-
 from boost_titan.models.model import Projection
 from boost_titan.ops import comm, rmsnorm
 from boost_titan.ops.triton_rmsnorm import scale_and_statistic_reference
+from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
 
 D, F_DIM, R, TP, S = 4096, 11008, 1024, 4, 4096
 
@@ -78,7 +77,7 @@ def grouping_rows(m):
             for p in proj.parameters():
                 torch.nn.init.normal_(p, std=0.02)
             x = torch.randn(m, d_in, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            ms = cuda_time_ms(fwd_bwd(lambda: proj(x), [x, *proj.parameters()]), 5, 20)
+            ms = cuda_time_ms(fwd_bwd(lambda proj=proj, x=x: proj(x), [x, *proj.parameters()]), 5, 20)
             rows.append({"bench": "grouping", "m": m, "case": f"{site} {'grouped' if grouped else 'ungrouped'}",
                          "ms": ms})
     return rows

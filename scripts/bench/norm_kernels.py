@@ -18,8 +18,8 @@ import argparse
 
 import torch
 
-from scripts.bench.common import env_info, interleaved_time_ms, print_table, write_results
 from boost_titan.ops.rmsnorm import rms_norm
+from scripts.bench.common import env_info, interleaved_time_ms, print_table, write_results
 
 QUACK = "quack rmsnorm (residual fused)"
 

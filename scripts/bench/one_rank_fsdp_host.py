@@ -26,8 +26,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from scripts.bench.common import doc_notes, env_info, print_table, write_results
 from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+from scripts.bench.common import doc_notes, env_info, print_table, write_results
 
 
 class Params(nn.Module):

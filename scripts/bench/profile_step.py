@@ -24,11 +24,18 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 
-from scripts.bench.common import (bucket, bucket_rows, cuda_time_ms, doc_notes, env_info, measured_bf16_peak_tflops,
-                    print_table, write_results)
-
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.models.args import linear_params_per_layer
+from scripts.bench.common import (
+    bucket,
+    bucket_rows,
+    cuda_time_ms,
+    doc_notes,
+    env_info,
+    measured_bf16_peak_tflops,
+    print_table,
+    write_results,
+)
 
 
 def profile(variant: str, batch: int, seq: int, steps: int, top: int) -> tuple[dict, list, float]:
@@ -66,7 +73,7 @@ def profile(variant: str, batch: int, seq: int, steps: int, top: int) -> tuple[d
         per_bucket[bucket(evt.key)] += t
         kernels.append({"variant": variant, "kernel": evt.key[:90], "bucket": bucket(evt.key), "ms_per_step": t})
     kernels.sort(key=lambda r: -r["ms_per_step"])
-    del model, opt
+    model = opt = None  # freed before the next variant (the closure holds them too)
     torch.cuda.empty_cache()
     return dict(per_bucket), kernels[:top], step_ms
 

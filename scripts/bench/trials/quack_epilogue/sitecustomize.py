@@ -13,8 +13,9 @@ tensor-parallel subclasses keep the library's code. Standalone numbers: ``script
 import os
 
 if "LOCAL_RANK" in os.environ:
-    import boost_titan.models.model as _model
     from quack.linear import act_linear_func, linear_act_func
+
+    import boost_titan.models.model as _model
 
     _forward = _model.Projection.forward
 

@@ -11,8 +11,9 @@ cannot fuse the norm with the residual add or the casts around it). Result: ``do
 import os
 
 if "LOCAL_RANK" in os.environ:
-    import boost_titan.models.model as _model
     from quack.rmsnorm import rmsnorm as _quack_rmsnorm
+
+    import boost_titan.models.model as _model
 
     def _rms_norm(x, weight, eps):
         return _quack_rmsnorm(x, weight.to(x.dtype), eps=eps)

@@ -1,4 +1,6 @@
-"""Shared test helpers: the tiny model shape, and running a function on N gloo ranks (CPU)."""
+"""Shared test helpers (pytest loads this file first; test modules import from it as ``conftest``):
+the repository root, the tiny model shapes, running a function on N gloo ranks (CPU), a free port,
+and the fp32-vs-fp64 reassociation bound."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import socket
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -13,11 +16,14 @@ import torch.multiprocessing as mp
 
 from boost_titan.models import TransformerArgs
 
-# divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠ mlp_rank so a mix-up shows
+ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subprocess the tests start
+
+# The model of the in-process tests: divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠
+# mlp_rank so a mix-up shows. (The runs of torchtitan's loop use the "tiny" flavor, TINY_RUN below.)
 TINY = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -46,7 +52,7 @@ def run_distributed(fn, world_size: int, *args) -> None:
     """Spawn ``world_size`` processes running ``fn(rank, world_size, *args)``; re-raise any failure."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
-    port = _free_port()
+    port = free_port()
     try:
         mp.start_processes(_worker, args=(world_size, port, fn, args, errors), nprocs=world_size,
                            join=True, start_method="spawn")
@@ -75,3 +81,9 @@ def assert_fp32_reassociation_close(got: torch.Tensor, ref64: torch.Tensor, n: i
     tol = gamma * ref64.abs().max().item()
     err = (got.double() - ref64).abs().max().item()
     assert err <= tol, f"{msg}: max |fp32 − fp64| = {err:.3g} > γ_{n}·max|ref| = {tol:.3g}"
+
+
+# torchtitan's loop on the "tiny" flavor with synthetic tokens: the fastest run that trains
+TINY_RUN = ["--model.flavor", "tiny", "--training.dataset", "synthetic", "--boost.tokenizer", "none",
+            "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64", "--training.local_batch_size", "2",
+            "--metrics.log_freq", "1"]
