@@ -14,10 +14,10 @@ EXAMPLE = ROOT / "examples" / "btp_in_user_code.py"
 
 def test_readme_block_is_the_example_code():
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## In your own code"):]
+    section = readme[readme.index("## BTP in your own code"):]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code = EXAMPLE.read_text()
-    assert block.strip() and block in code, "README's 'In your own code' block is not a verbatim part of the example"
+    assert block.strip() and block in code, "the README's 'BTP in your own code' block is not a verbatim part of the example"
 
 
 @pytest.mark.parametrize("flag", [[], ["--no-loss-parallel"]], ids=["loss_parallel", "gathered_logits"])

@@ -53,7 +53,7 @@ def test_memory_by_hand():
     assert got["states_bytes"] == 16 * params + (2 + 8) * params
     acts = (41.2 / 4 + 7.0) * 4096 * (4 * 4096) * 32
     assert got["activation_bytes"] == pytest.approx(acts)
-    assert got["total_bytes"] / plan.GiB == pytest.approx(51.36, rel=0.01)  # measured, emulate_fig5_s8.md
+    assert got["total_bytes"] / plan.GiB == pytest.approx(51.36, rel=0.01)  # measured, emulate_fig5_before_overlap.md
     piped = plan.memory(args, plan.Layout("btp", 4, 2, 1, "lowrank"), batch=4, seq=4096)
     assert piped["activation_bytes"] == pytest.approx(0.2 * (41.2 / 4 + 7.0) * 4096 * 4096 * 16 * 2)  # 2 in flight
 
@@ -61,7 +61,7 @@ def test_memory_by_hand():
 @pytest.mark.parametrize("flavor, strategy, measured_gib", [("3B", "btp", 50.91), ("3B", "vanilla", 71.75),
                                                              ("3B_fullrank", "fullrank", 71.60)])
 def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measured_gib):
-    """3B tp 2, dp 1, b 4 x 4096, compiled (emulate_fig5_s8.md): not used for the activation constants."""
+    """3B tp 2, dp 1, b 4 x 4096, compiled (emulate_fig5_before_overlap.md): not used for the activation constants."""
     got = plan.memory(FLAVORS[flavor], plan.Layout(strategy, 2, 1, 1, "none"), batch=4, seq=4096)
     assert got["total_bytes"] / plan.GiB == pytest.approx(measured_gib, rel=0.08)
 
@@ -122,7 +122,7 @@ def test_plan_lists_fitting_layouts_first_by_throughput():
 
 def test_memory_budget_layout_by_hand(monkeypatch):
     """ac = "budget" keeps 0.71 (CoLA) / 0.68 (full rank) of the activations and costs 1.027× / 1.011×
-    compute (1B, b 4, measured: e2e_mb_s11.md); model states unchanged."""
+    compute (1B, b 4, measured: 1b_pair_h200.md); model states unchanged."""
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
     set_rates(monkeypatch, {"btp": {2: 500.0}, "fullrank": {2: 600.0}})
     for flavor, strategy, keep, time in [("7B", "btp", 0.71, 1.027), ("7B_fullrank", "fullrank", 0.68, 1.011)]:

@@ -4,7 +4,7 @@ TP-only and PP-only layouts get their mixed precision from FSDP2 on the 1-rank s
 ``torchtitan_ext.parallelize``). On such a mesh FSDP2 skips the all-gather, and its
 ``FSDPParamGroup.wait_for_unshard`` instead casts and copies each parameter on its own: two kernels
 and its Python per parameter, before the forward can start (7B btp tp 4: 322 parameters, 643 idle
-gaps in the traced step, the largest host cost left, ``docs/results/emulate_7b_gaps_s9.md``).
+gaps in the traced step, the largest host cost left, ``docs/results/emulate_7b_gaps_after_bmm.md``).
 
 :func:`batch_one_rank_unshard` gives such groups a ``wait_for_unshard`` that writes every
 parameter's compute copy with one ``torch._foreach_copy_`` (fp32 → ``param_dtype``) into the same

@@ -21,7 +21,7 @@ Every number printed is a prediction from three parts, each stated here so it ca
   measured one (column ``rate`` says which).
   Activation checkpointing multiplies the compute time: ``budget`` (torchtitan's ``memory_budget`` mode
   at 0.9: Inductor recomputes elementwise outputs, no GEMM) by 1.027 for CoLA and 1.011 for full rank
-  (measured at 1B, b 4: 91.1K → 88.7K and 56.1K → 55.5K tokens/s, ``e2e_mb_s11.md``), ``lowrank`` by
+  (measured at 1B, b 4: 91.1K → 88.7K and 56.1K → 55.5K tokens/s, ``1b_pair_h200.md``), ``lowrank`` by
   1.21 (measured at 1B: 85K → 70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more
   forward).
 * **Communication** (``boost_titan.planner.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
@@ -31,9 +31,9 @@ Every number printed is a prediction from three parts, each stated here so it ca
   batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
-  0.37 / 0.36 s per step, ``docs/results/emulate_13b_s8.md``), so btp's pipeline rows at microbatch 1
+  0.37 / 0.36 s per step, ``docs/results/emulate_13b_mb1.md``), so btp's pipeline rows at microbatch 1
   and tp ≥ 4 are optimistic. At microbatch 4 (BOOST's) the stage ranks ran faster than the b 4 rate
-  assumes (``emulate_13b_mb4_s9.md``: btp 0.60 / 0.62 s per 4 microbatches of 4, ≈ 540 TFLOP/s against
+  assumes (``emulate_13b_mb4_before_overlap.md``: btp 0.60 / 0.62 s per 4 microbatches of 4, ≈ 540 TFLOP/s against
   the 480 of the 7B rows), so those rows are conservative.
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
   AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
@@ -43,7 +43,7 @@ Every number printed is a prediction from three parts, each stated here so it ca
   H200 (tp > 1: emulated; below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``budget`` keeps 0.71
   (CoLA) / 0.68 (full rank) of that (1B, b 4: peaks 41.3 → 31.6 and 46.3 → 37.6 GiB measured,
-  ``e2e_mb_s11.md``, above this model's 8.1 / 19.0 GiB of model states; under TP and FSDP assumed the
+  ``1b_pair_h200.md``, above this model's 8.1 / 19.0 GiB of model states; under TP and FSDP assumed the
   same: a compiled btp tp 2 block on the CPU saves 0.70 of its bytes with it, as one at tp 1 does,
   ``tests/test_activation_checkpoint.py``), ``lowrank`` keeps 0.20 of that (1B, compiled: peak 44.0 → 15.1
   GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of

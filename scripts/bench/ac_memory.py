@@ -10,7 +10,7 @@ torchtitan's AC modes are applied with torchtitan's own ``apply_ac``; "lowrank" 
 ``[boost] lowrank_checkpoint``. Memory = peak allocated during fwd+bwd minus what was allocated
 before (weights, grads, input).
 
-    python -m scripts.bench.ac_memory --out docs/results/ac_memory
+    python -m scripts.bench.ac_memory --out docs/results/ac_memory_h200
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def measure(flavor, layers, mesh, ac):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="docs/results/ac_memory")
+    p.add_argument("--out", default="docs/results/ac_memory_h200")
     p.add_argument("--layers", type=int, default=4)
     a = p.parse_args()
     rows = []

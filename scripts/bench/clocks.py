@@ -6,7 +6,7 @@ runs back to back for ``--seconds``; every ``--window`` seconds the script recor
 TFLOP/s (CUDA events over the window) and, through NVML, the SM clock, power draw and temperature.
 Reads only: it changes no clock or power setting.
 
-    python -m scripts.bench.clocks --out docs/results/clocks
+    python -m scripts.bench.clocks --out docs/results/clocks_h200
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=40.0, help="per workload")
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--rest", type=float, default=20.0, help="idle seconds before each workload")
-    ap.add_argument("--out", default="docs/results/clocks")
+    ap.add_argument("--out", default="docs/results/clocks_h200")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("clocks.py needs a CUDA GPU")

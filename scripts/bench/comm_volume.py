@@ -1,7 +1,7 @@
 """Collectives and their volume per decoder layer, counted from the real model on the meta device
 (BOOST Fig. 7, the volume half; :mod:`boost_titan.planner.collectives`). No GPU needed.
 
-    python -m scripts.bench.comm_volume            # 7B, b=4, s=4096, tp 2/4/8 → docs/results/comm_volume.*
+    python -m scripts.bench.comm_volume            # 7B, b=4, s=4096, tp 2/4/8 → docs/results/comm_volume_7b_counted.*
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--tp", default="2,4,8")
-    p.add_argument("--out", default="docs/results/comm_volume")
+    p.add_argument("--out", default="docs/results/comm_volume_7b_counted")
     a = p.parse_args(argv)
     base = FLAVORS[a.flavor]
     rows = []

@@ -145,7 +145,7 @@ def interleaved_time_ms(
     """Median time (ms) of each of several functions, timed in ``rounds`` interleaved rounds.
 
     Each round times every function ``repeats`` times in turn, so clock and thermal drift (which
-    moves an H200's GEMM throughput by several percent within a minute: docs/results/clocks.md) falls on all
+    moves an H200's GEMM throughput by several percent within a minute: docs/results/clocks_h200.md) falls on all
     of them alike instead of
     on whichever ran last. Timing as in :func:`cuda_time_ms`; graphs are captured once, up front.
     """

@@ -16,7 +16,7 @@ tokens, so a short sequence on the CPU gives the bytes per token, and ``× token
 milliseconds per step that the elementwise kernels cannot go below. Compare with the profiled
 "fused elementwise" bucket (``e2e.py --profile``).
 
-    python -m scripts.bench.elementwise_floor --flavors 1B,1B_fullrank --out docs/results/elementwise_floor_1b
+    python -m scripts.bench.elementwise_floor --flavors 1B,1B_fullrank --out docs/results/1b_elementwise_floor_predicted
 """
 
 from __future__ import annotations

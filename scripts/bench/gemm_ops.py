@@ -22,7 +22,7 @@ measured peak at b = 4, ≥ 88% at b = 1):
 Every candidate (``model`` included) is checked against the product's fp32 definition (einsum).
 A product's candidates are timed in interleaved rounds together with an 8192³ reference GEMM, and
 each row's % of peak is against that reference in the same rounds: an H200's GEMM throughput drifts
-by several percent with clocks and temperature within a minute (docs/results/clocks.md), more than
+by several percent with clocks and temperature within a minute (docs/results/clocks_h200.md), more than
 most differences measured here.
 Part rows (% of the batch's median reference) sum the per-GEMM best picks: ``best_layout`` keeps one
 layout per weight (the faster of ``model`` / ``w_in_out`` over its three products, dW optionally

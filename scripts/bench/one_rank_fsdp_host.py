@@ -1,6 +1,6 @@
 """Host time of FSDP2 on a 1-rank mesh (the mixed-precision wrapper of tp/pp-only layouts), per step.
 
-The GPU traces of 7B btp tp 4 (docs/results/emulate_7b_gaps_s9.md) show the GPU idle while the host
+The GPU traces of 7B btp tp 4 (docs/results/emulate_7b_gaps_after_bmm.md) show the GPU idle while the host
 walks FSDP2's per-parameter code: the world-size-1 unshard before forward (a cast and a copy per
 parameter) and the end-of-backward reduction. This script measures that host time directly, on the
 CPU, with as many parameters as the 7B tp 4 rank has (322; a cast and a copy each: the trace's 643

@@ -1,6 +1,6 @@
 """The layout planner's table as a result file (PREDICTED): ``python -m boost_titan.planner``'s options, plus ``--out``.
 
-    python -m scripts.bench.plan --flavor 7B --gpus 8 --out docs/results/plan_7b_8gpu
+    python -m scripts.bench.plan --flavor 7B --gpus 8 --out docs/results/planner_7b_8xh200_predicted
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Put this folder first on ``PYTHONPATH`` of a ``scripts/bench/e2e.py`` run; in ea
 (``LOCAL_RANK`` set by torchrun) ``boost_titan.models.model.rms_norm`` — every pre-norm and the final
 norm at tp 1 — becomes ``quack.rmsnorm.rmsnorm`` (a custom op with its own backward; Inductor then
 cannot fuse the norm with the residual add or the casts around it). Result: ``docs/results/``,
-``e2e_quacknorm_s11.md``.
+``e2e_quack_norm.md``.
 """
 
 import os
