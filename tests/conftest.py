@@ -87,3 +87,13 @@ def assert_fp32_reassociation_close(got: torch.Tensor, ref64: torch.Tensor, n: i
 TINY_RUN = ["--model.flavor", "tiny", "--training.dataset", "synthetic", "--boost.tokenizer", "none",
             "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64", "--training.local_batch_size", "2",
             "--metrics.log_freq", "1"]
+
+
+# The slowest modules first, so that under pytest-xdist (``-n 2 --dist loadfile``: one module per worker
+# at a time) they do not start last and leave one worker idle at the end.
+SLOWEST_FIRST = ("test_torchtitan_e2e.py", "test_faults.py", "test_bench_scripts.py", "test_multinode.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

@@ -2,8 +2,8 @@
 meeting at one c10d rendezvous endpoint on localhost (NNODES=2, NODE_RANK, RDZV_ENDPOINT), as
 ``scripts/multinode_trainer.slurm`` starts them on a cluster.
 
-- btp tp 2 inside each node × FSDP over the two nodes, and tp 2 × pp 2 with the two stages on
-  different nodes, give the losses of the same layouts on one 4-rank node: in
+- btp tp 2 inside each node × FSDP over the two nodes gives the losses of the same layout on one
+  4-rank node: in
   tests/test_torchtitan_e2e.py (``test_two_nodes_match_one_node``), beside those one-node runs;
 - killing one node's launcher ends the other node's ranks too (no rank trains on alone);
 - a layout whose tp group would span two nodes, or a missing rendezvous setting, stops before any

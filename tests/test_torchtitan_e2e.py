@@ -131,7 +131,6 @@ SPECS: dict[str, Spec] = {
                                      flavor="tiny_fullrank", steps=3), cost=35),
     # the lm_head fused into the loss (chunked PyTorch on CPU): alone, under FSDP2, tied under FSDP2
     "tp1_fused": Spec(1, tiny("--boost.fused_cross_entropy"), cost=10),
-    "dp2_fused": Spec(2, tiny("--boost.fused_cross_entropy")),
     "dp2_tied": Spec(2, tiny(flavor="tiny_tied")),
     "dp2_tied_fused": Spec(2, tiny("--boost.fused_cross_entropy", flavor="tiny_tied")),
     # float8 projection GEMMs (torchao's emulation on CPU): one rank, and btp tp 2 (scales per local shard)
@@ -141,17 +140,14 @@ SPECS: dict[str, Spec] = {
     "hf_export": Spec(2, tiny(*TP2, *HF_SAVE, steps=HF_STEPS), cost=14),
     "hf_import_tp1": Spec(1, tiny(*HF_LOAD, steps=HF_STEPS), cost=10, hf_import_from="hf_export"),
     "hf_import_tp2": Spec(2, tiny(*TP2, *HF_LOAD, steps=HF_STEPS), cost=14, hf_import_from="hf_export"),
-    "hf_import_vanilla_tp2": Spec(2, tiny(*TP2, "--boost.tp_strategy", "vanilla", *HF_LOAD, steps=HF_STEPS),
-                                  cost=14, hf_import_from="hf_export"),
     # the dense twin: Megatron + SP tp 2 saves a LlamaForCausalLM directory and starts from it again
     "hf_export_fullrank": Spec(2, tiny(*TP2, *FULLRANK, *HF_SAVE, flavor="tiny_fullrank", steps=HF_STEPS), cost=14),
     "hf_import_fullrank_tp2": Spec(2, tiny(*TP2, *FULLRANK, *HF_LOAD, flavor="tiny_fullrank", steps=HF_STEPS),
                                    cost=14, hf_import_from="hf_export_fullrank"),
     "err_hf_save": Spec(1, tiny("--checkpoint.enable", "--checkpoint.last_save_in_hf"), cost=10,
                         expect_failure=True),  # the config's full last save: HF saves are weights only
-    # the same layouts as dp2_tp2 and pp_1F1B, launched as 2 nodes x 2 ranks (tests/test_multinode.py)
+    # the layout of dp2_tp2 launched as 2 nodes x 2 ranks (tests/test_multinode.py)
     "nodes2_tp2_fsdp2": Spec(2, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), nodes=2, cost=40),
-    "nodes2_tp2_pp2": Spec(2, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2"), nodes=2, cost=40),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -327,11 +323,11 @@ def _runs_for(item) -> list[str]:
         return ["tp1", "tp1_fp8", "tp2_fp8"]
     if name == "test_two_nodes_match_one_node":
         layout = params.get("layout", "tp2_fsdp2")
-        return [f"nodes2_{layout}", {"tp2_fsdp2": "dp2_tp2", "tp2_pp2": "pp_1F1B"}[layout]]
+        return [f"nodes2_{layout}", {"tp2_fsdp2": "dp2_tp2"}[layout]]
     if name == "test_clear_errors":
         return ["err_fullrank", "err_flavor", "err_hf_save"]
     if name == "test_hf_export_and_import_through_the_loop":
-        return {"cola": ["hf_export", "hf_import_tp1", "hf_import_tp2", "hf_import_vanilla_tp2"],
+        return {"cola": ["hf_export", "hf_import_tp1", "hf_import_tp2"],
                 "fullrank": ["hf_export_fullrank", "hf_import_fullrank_tp2"]
                 }[params.get("family", "cola")]
     return []
@@ -504,12 +500,11 @@ def test_bf16_without_fsdp_tracks_tp1(runs, variant):
     assert_curves_close(losses, bf16.losses(), range(1, 11), 2e-3, f"{variant} vs tp1 bf16")
 
 
-@pytest.mark.parametrize("variant, reference", [("tp1_fused", "tp1"), ("dp2_fused", "dp2"),
-                                                ("dp2_tied_fused", "dp2_tied")])
+@pytest.mark.parametrize("variant, reference", [("tp1_fused", "tp1"), ("dp2_tied_fused", "dp2_tied")])
 def test_fused_cross_entropy_matches_logits_loss(runs, variant, reference):
     """``[boost] fused_cross_entropy``: the lm_head applied inside the loss gives the same training curve,
-    on one rank and under FSDP2 (where the head's weight is read unsharded in forward and its gradient
-    reduced at the end of backward), untied and tied to the embedding."""
+    on one rank (untied) and under FSDP2 tied to the embedding (the head's weight, the embedding's, read
+    unsharded in forward and its gradient reduced at the end of backward)."""
     run = runs.get(variant)
     assert "lm_head + loss: boost_titan's chunked linear cross-entropy" in run.log
     assert_curves_close(run.losses(), runs.get(reference).losses(), range(1, 11), RTOL, f"{variant} vs {reference}")
@@ -546,8 +541,8 @@ def test_clear_errors(runs):
 def test_hf_export_and_import_through_the_loop(runs, family):
     """``--checkpoint.last_save_in_hf`` under tp 2 (btp; the dense twin: Megatron + SP) leaves a complete
     Hugging Face directory (weights gathered from the shards, config.json, CoLA's modeling file);
-    ``--checkpoint.initial_load_in_hf`` starts runs of every strategy from it (CoLA: tp 1, btp tp 2,
-    vanilla tp 2; the dense twin: Megatron tp 2): the first loss is the exported model's loss on that
+    ``--checkpoint.initial_load_in_hf`` starts runs from it under another layout (CoLA: tp 1 and btp tp 2;
+    the dense twin: Megatron tp 2): the first loss is the exported model's loss on that
     batch as ``transformers`` computes it, and tp 2 follows tp 1. The runs' own (DCP) last saves, from
     tp 1 and tp 2, load as the same full model for generation (boost_titan.checkpoints, generate.py)."""
     import subprocess
@@ -565,7 +560,7 @@ def test_hf_export_and_import_through_the_loop(runs, family):
     files = sorted(p.name for p in export.iterdir())
     expected = ["config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json"]
     assert files == sorted(expected + (["modeling_boost_cola.py"] if family == "cola" else [])), files
-    tp2s = [runs.get(f"hf_import{suffix}_tp2")] + ([runs.get("hf_import_vanilla_tp2")] if family == "cola" else [])
+    tp2s = [runs.get(f"hf_import{suffix}_tp2")]
     tp1 = runs.get("hf_import_tp1") if family == "cola" else None  # the dense twin: tp 2 against transformers alone
     for run in [r for r in (tp1, *tp2s) if r is not None]:
         assert f"loading from HF safetensors from --checkpoint.initial_load_path: {export}" in run.log, run.tail()
@@ -594,12 +589,12 @@ def test_hf_export_and_import_through_the_loop(runs, family):
     assert out.returncode == 0 and len(out.stdout.strip().splitlines()[-1].split()) == 7, out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("layout", ["tp2_fsdp2", "tp2_pp2"])
+@pytest.mark.parametrize("layout", ["tp2_fsdp2"])
 def test_two_nodes_match_one_node(runs, layout):
     """Two run_train.sh launchers as 2 nodes x 2 gloo ranks (NNODES, NODE_RANK, one c10d rendezvous
-    endpoint): btp tp 2 inside each node x FSDP across the two, and tp 2 x pp 2 with the stages on
-    different nodes, give the per-step losses of the same layout launched as one 4-rank node."""
-    one_node = {"tp2_fsdp2": "dp2_tp2", "tp2_pp2": "pp_1F1B"}[layout]
+    endpoint): btp tp 2 inside each node x FSDP across the two gives the per-step losses of the same
+    layout launched as one 4-rank node."""
+    one_node = {"tp2_fsdp2": "dp2_tp2"}[layout]
     two = runs.get(f"nodes2_{layout}")
     assert_curves_close(two.losses(), runs.get(one_node).losses(), range(1, 11), RTOL,
                         f"{layout}: 2 nodes x 2 ranks vs 1 node x 4")
