@@ -293,6 +293,7 @@ def test_emulate_runs_on_cpu(tmp_path):
     assert rows["btp"]["split_eff"] > 0 and rows["btp"]["pred_step_s"] > rows["btp"]["step_s"]
 
 
+@pytest.mark.e2e
 def test_multi_gpu_script_runs_the_real_layout_on_cpu(tmp_path):
     """scripts/bench/multi_gpu.sh, the real (torchrun) path, on 2 gloo ranks with the tiny row."""
     root = Path(emulate.__file__).resolve().parents[2]

@@ -26,6 +26,7 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+@pytest.mark.e2e
 def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
     """SIGKILL of torchrun (the launcher) mid-training: both ranks are gone within seconds, instead of
     training on, parented to init (torchrun starts each worker in a session of its own)."""
@@ -56,6 +57,7 @@ def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
         log.close()
 
 
+@pytest.mark.e2e
 def test_one_live_run_per_checkpoint_folder(tmp_path):
     """A folder held by a live process refuses a second run with one line naming it; a lock left by
     a dead run (or a reused pid) is taken over."""
@@ -107,6 +109,7 @@ def _model_weights(folder: Path) -> dict:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
 
 
+@pytest.mark.e2e
 def test_nonfinite_gradient_stops_without_applying_it(tmp_path):
     """Fused AdamW (torchtitan's default): step 2 is skipped on the device, its flag read at step 3, where
     the run stops naming step 2; the checkpoint of step 2 holds step 1's weights, all finite."""
@@ -128,6 +131,7 @@ def test_nonfinite_gradient_stops_without_applying_it(tmp_path):
         assert torch.equal(one[name], two[name]), name
 
 
+@pytest.mark.e2e
 def test_nonfinite_gradient_stops_before_its_checkpoint_without_fused_adamw(tmp_path):
     """Any other optimizer implementation: the flag is read before the step (one host sync), the run stops
     there and nothing is written from the non-finite step."""
@@ -140,6 +144,7 @@ def test_nonfinite_gradient_stops_before_its_checkpoint_without_fused_adamw(tmp_
     assert saved == ["step-1"], saved
 
 
+@pytest.mark.e2e
 def test_nonfinite_steps_can_be_skipped(tmp_path):
     """Every step after the blow-up is skipped and named; the last one's flag is read at exit."""
     proc = _blow_up(tmp_path, "--boost.skip_nonfinite_steps")
@@ -336,6 +341,7 @@ def _run_until_killed(tmp_path, run, step: int, env) -> None:
         log.close()
 
 
+@pytest.mark.e2e
 def test_killed_run_resumes_bit_exactly(tmp_path, uninterrupted):
     """SIGKILL of the launcher once step 8 of 30 is logged (checkpoints every 5 steps): the same command
     again resumes from the newest complete checkpoint (step-5 or later: the run may have got further
@@ -354,6 +360,7 @@ def test_killed_run_resumes_bit_exactly(tmp_path, uninterrupted):
     assert _metrics(again.stdout) == {s: uninterrupted[s] for s in range(latest + 1, 31)}
 
 
+@pytest.mark.e2e
 def test_crash_during_a_save_resumes_from_the_last_complete_checkpoint(tmp_path, uninterrupted):
     """A rank dies inside the save of step 10, after its data files and before DCP's metadata (which
     DCP writes last): the run fails, step-10 stays without metadata, and the same command again
@@ -373,6 +380,7 @@ def test_crash_during_a_save_resumes_from_the_last_complete_checkpoint(tmp_path,
     assert _metrics(again.stdout) == {s: uninterrupted[s] for s in range(6, 31)}
 
 
+@pytest.mark.e2e
 def test_rank_with_too_little_data_fails_with_one_line(tmp_path):
     """Two documents, two data-parallel ranks, and fewer tokens per rank than one batch: each rank stops
     before training with one line naming the dataset, the rank and the counts (no traceback of its own)."""

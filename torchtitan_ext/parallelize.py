@@ -38,8 +38,7 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         raise ValueError(problems[0])
     logger.info(f"Attention: {check_backend(boost.attention, device)}")
     logger.info(f"Projection GEMMs: {check_float8(boost.float8, args.gemm_dims(), tp, device)}")
-    if boost.fused_cross_entropy:
-        model.defer_lm_head = True  # forward returns (hidden, lm_head weight); build_loss applies both
+    if boost.fused_cross_entropy:  # the model args defer the lm_head (update_from_config); build_loss applies it
         logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
 
     if parallel_dims.tp_enabled:  # apply_tp checks the plan against the model

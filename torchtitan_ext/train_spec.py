@@ -133,7 +133,7 @@ def fused_linear_cross_entropy_loss(pred: HeadInput, labels: torch.Tensor) -> to
     """The loss for ``[boost] fused_cross_entropy``: the model returned (hidden, lm_head weight)."""
     if not isinstance(pred, HeadInput):
         raise TypeError(f"fused_cross_entropy: the model returned {type(pred).__name__}, not HeadInput "
-                        "(was parallelize_cola, which sets defer_lm_head, skipped?)")
+                        "(were the model args updated from the job, which sets defer_lm_head?)")
     return linear_cross_entropy_sum(pred.hidden, pred.weight, labels)
 
 

@@ -37,6 +37,9 @@ class TransformerArgs(BaseModelArgs):
     grouped: bool = True  # run the A (and B) factors that share an input as one GEMM (see Projection)
     attention: str = "sdpa"  # attention kernel: "sdpa" | "flash" (boost_titan.ops.attention)
     float8: str = "none"  # projection GEMMs: "none" (bf16) or a torchao float8 recipe (boost_titan.ops.float8)
+    # forward returns HeadInput (final hidden states, lm_head weight) instead of logits, for a loss that
+    # applies the head itself and never materialises the logits ([boost] fused_cross_entropy)
+    defer_lm_head: bool = False
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -74,12 +77,14 @@ class TransformerArgs(BaseModelArgs):
 
     # ---- torchtitan protocol -------------------------------------------------------------------
     def update_from_config(self, job_config, **kwargs) -> None:
-        """The job's choices that change the model: sequence length, grouping, attention kernel, float8.
+        """The job's choices that change the model: sequence length, grouping, attention kernel, float8,
+        the lm_head deferred to a fused loss.
         (Sizing the vocabulary from the tokenizer is the torchtitan glue's: ``torchtitan_ext.train_spec``.)"""
         self.max_seq_len = job_config.training.seq_len
         boost = getattr(job_config, "boost", None)
         if boost is not None:
             self.grouped, self.attention, self.float8 = boost.grouped, boost.attention, boost.float8
+            self.defer_lm_head = boost.fused_cross_entropy
 
     def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
         return count_params(self), flops_per_token(self, seq_len)

@@ -232,16 +232,16 @@ class Transformer(ModelProtocol):
     """Top-level names follow torchtitan's ``pipeline_llm``: tok_embeddings, layers, norm, output.
 
     Any of them may be None (a pipeline stage); forward and init_weights skip what is missing.
-    ``defer_lm_head = True`` makes forward return :class:`HeadInput` instead of logits, for a loss
-    that fuses the lm_head GEMM with the cross-entropy and never materialises the logits.
+    ``args.defer_lm_head`` (the ``defer_lm_head`` attribute) makes forward return :class:`HeadInput`
+    instead of logits, for a loss that fuses the lm_head GEMM with the cross-entropy and never
+    materialises the logits.
     """
-
-    defer_lm_head: bool = False
 
     def __init__(self, args: TransformerArgs):
         super().__init__(args)
         args.validate()
         self.model_args = args
+        self.defer_lm_head = args.defer_lm_head
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.register_buffer("rope", rope_cos_sin(args.head_dim, args.max_seq_len, args.rope_theta),
                              persistent=False)
