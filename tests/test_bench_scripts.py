@@ -249,7 +249,7 @@ def test_emulate_split_efficiency_and_pipeline_prediction_by_hand(monkeypatch):
     emulate.add_split_efficiency(rows)
     assert rows[1]["perfect_s"] == pytest.approx(0.2) and rows[1]["split_eff"] == pytest.approx(0.8)
     # a pipeline row: 100 ms of GPU time at microbatch 1 (10 ms of it the optimizer), tp comm 20 ms
-    monkeypatch.setattr(emulate.comm_model, "tp_seconds", lambda calls, tp: 0.02)
+    monkeypatch.setattr(emulate.comm_model, "tp_seconds", lambda calls, tp, overlap_rate=None: 0.02)
     monkeypatch.setattr(emulate, "model_collectives", lambda *a, **k: ([], 0))
     row = {"flavor": "13B", "strategy": "btp", "tp": 4, "pp": 2, "batch": 4, "ok": True, "step_s": 0.3}
     got = emulate.predict(row, 4, 4096, {"gemm": 60.0, "attention": 30.0, "optimizer": 10.0})

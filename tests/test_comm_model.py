@@ -1,5 +1,7 @@
 """The α–β communication model against hand computations, and the whole-model collective count."""
 
+import math
+
 import pytest
 
 from boost_titan.models import FLAVORS
@@ -88,3 +90,20 @@ def test_whole_model_btp_collectives_are_the_layers_plus_embedding_and_final_gat
     # the rank holds a quarter of every sharded weight; norms' γ are d-sharded too, r is never sharded
     from boost_titan.models.args import count_params
     assert local == pytest.approx(count_params(args) / 4, rel=1e-3)
+
+
+def test_nvlink_bus_bandwidth_follows_the_measured_curve():
+    """Inside a node the bus bandwidth depends on the message size: the curve's points exactly, log-size
+    interpolation between them (monotone), its first slope below, the asymptote from the last point."""
+    from boost_titan.planner.comm_model import H200_NODE, NVLINK_RING_CURVE, MiB
+
+    for nbytes, bw in NVLINK_RING_CURVE:
+        assert H200_NODE.bus_bw_at(nbytes) == pytest.approx(bw)
+    sizes = [2**k for k in range(16, 34)]
+    bws = [H200_NODE.bus_bw_at(n) for n in sizes]
+    assert all(a <= b for a, b in zip(bws, bws[1:])) and bws[-1] == H200_NODE.bus_bw == 370e9
+    assert H200_NODE.bus_bw_at(24 * MiB) == pytest.approx(240e9 * (300 / 240) ** (math.log(1.5) / math.log(2)))
+    assert H200_NODE.bus_bw_at(8 * MiB) == pytest.approx(240e9 * (240 / 300))  # one halving below 16 MiB
+    # a 32 MiB all-reduce over 4 ranks: alpha + 2·3/4 · n / 300 GB/s
+    assert collective_seconds("all_reduce", 32 * MiB, 4, H200_NODE) == pytest.approx(15e-6 + 1.5 * 32 * MiB / 300e9)
+    assert LINK.bus_bw_at(1) == LINK.bus_bw  # no curve: one bandwidth

@@ -13,6 +13,14 @@ from boost_titan.planner import predict as plan
 from boost_titan.planner.costs import StrategyCosts
 
 
+@pytest.fixture
+def no_host_floor(monkeypatch):
+    """The hand computations below check compute and communication: the host floor set to zero."""
+    from boost_titan.planner.costs import measured_constants
+
+    monkeypatch.setitem(measured_constants(), "host_per_block_s", {"fsdp": 0.0, "one_rank": 0.0})
+
+
 def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
     """Give strategies other per-rank TFLOP/s in their ``PLANNER``."""
     for name, by_tp in rates.items():
@@ -66,7 +74,7 @@ def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measu
     assert got["total_bytes"] / plan.GiB == pytest.approx(measured_gib, rel=0.08)
 
 
-def test_step_time_by_hand(monkeypatch):
+def test_step_time_by_hand(monkeypatch, no_host_floor):
     """Compute at the measured rate, TP collectives per layer, the 1F1B bubble, FSDP overlap."""
     args = FLAVORS["7B"]
     set_rates(monkeypatch, {"btp": {1: 500.0, 4: 400.0}})
@@ -88,7 +96,7 @@ def test_step_time_by_hand(monkeypatch):
     assert t8["step_s"] == pytest.approx(t8["compute_s"] + 32 * comm_model.tp_seconds(calls, 8))
 
 
-def test_pipeline_microbatch_by_hand(monkeypatch):
+def test_pipeline_microbatch_by_hand(monkeypatch, no_host_floor):
     """``microbatch`` sequences per pipeline microbatch: batch / microbatch slots' worth of work, each
     slot and each send ``microbatch`` times larger, ``min(pp, m)`` microbatches in flight; pp 1 ignores it."""
     args = FLAVORS["13B"]
@@ -97,12 +105,15 @@ def test_pipeline_microbatch_by_hand(monkeypatch):
     monkeypatch.setattr(plan, "_layer_tp_calls", lambda strategy, a, tp, mb, seq: calls if mb == 4 else None)
     layout = plan.Layout("btp", 4, 2, 1, "none")
     t = plan.step_time(args, layout, batch=16, seq=4096, microbatch=4)
-    # by hand, with comm_model's constants (α 15 µs, 370 GB/s): one all-reduce of [4, 4096, 3840] bf16 on
-    # 4 ranks per layer, 20 layers per stage; 1F1B: 4 + 2 − 1 slots, each with two sends of the stream
-    all_reduce = 15e-6 + 2 * 3 / 4 * (4 * 4096 * 3840 * 2) / 370e9
+    # by hand, with comm_model's constants (α 15 µs, the NVLink bus bandwidth at each message size): one
+    # all-reduce of [4, 4096, 3840] bf16 on 4 ranks per layer, 20 layers per stage; 1F1B: 4 + 2 − 1 slots,
+    # each with two sends of the stream
+    bw = comm_model.H200_NODE.bus_bw_at
+    ar_bytes = 4 * 4096 * 3840 * 2
+    all_reduce = 15e-6 + 2 * 3 / 4 * ar_bytes / bw(ar_bytes)
     slot = flops_per_token(args, 4096) * 4 * 4096 / 8 / 400e12 + 20 * all_reduce
     p2p = 2 * 4 * 4096 * (5120 // 4)  # four sequences of the d-sharded stream in bf16
-    assert t["step_s"] == pytest.approx(5 * (slot + 2 * (15e-6 + p2p / 370e9)))
+    assert t["step_s"] == pytest.approx(5 * (slot + 2 * (15e-6 + p2p / bw(p2p))))
     mem = plan.memory(args, layout, batch=16, seq=4096, microbatch=4)
     assert mem["activation_bytes"] == pytest.approx((41.2 / 4 + 7.0) * 5120 * 4 * 4096 * 20 * 2)  # 2 in flight
     assert plan.memory(args, plan.Layout("btp", 4, 1, 2, "none"), 16, 4096, microbatch=4) == \
@@ -168,7 +179,7 @@ def test_cluster_links_by_hand():
     assert half.link(2, 8).bus_bw == 0.5 * 47e9
 
 
-def test_multinode_step_time_by_hand(monkeypatch):
+def test_multinode_step_time_by_hand(monkeypatch, no_host_floor):
     """FSDP across two nodes pays the network (exposed beyond compute); a pipeline whose stages sit on
     two nodes sends its activations over one NIC."""
     args = FLAVORS["7B"]
@@ -243,3 +254,24 @@ def test_a_new_strategy_states_its_own_planner_parameters(monkeypatch):
     monkeypatch.setattr(toy, "PLANNER", None)
     with pytest.raises(ValueError, match="tp_strategy='toy' states no planner parameters"):
         plan.plan("7B", gpus=4)
+
+
+def test_no_layout_is_predicted_faster_than_its_host(monkeypatch):
+    """The host floor (measured per block: FSDP across ranks, or the 1-rank wrapper) bounds every step:
+    a host-bound layout takes host time + its exposed collectives, a GPU-bound one is unchanged; the
+    no-overlap bound is never faster than ideal overlap."""
+    from boost_titan.planner.costs import measured_constants
+
+    args = FLAVORS["7B"]
+    per_block = measured_constants()["host_per_block_s"]
+    for layout, batch, per in [(plan.Layout("btp", 4, 1, 2, "none"), 1, per_block["fsdp"]),
+                               (plan.Layout("btp", 4, 1, 1, "none"), 1, per_block["one_rank"]),
+                               (plan.Layout("btp", 4, 2, 1, "none"), 4, per_block["one_rank"])]:
+        t = plan.step_time(args, layout, batch, 4096)
+        passes = batch if layout.pp > 1 else 1  # microbatch 1: one pass per sequence
+        assert t["host_s"] == pytest.approx(per * (args.n_layers // layout.pp) * passes)
+        assert t["step_s"] >= t["host_s"] and t["step_no_overlap_s"] >= t["step_s"]
+        if t["bound"] == "host" and layout.pp == 1:
+            assert t["step_s"] == pytest.approx(t["host_s"] + t["tp_comm_s"] + max(0.0, t["fsdp_s"] - t["compute_s"]))
+    gpu = plan.step_time(args, plan.Layout("btp", 1, 1, 8, "none"), 4, 4096)
+    assert gpu["bound"] == "gpu" and gpu["step_s"] == pytest.approx(gpu["compute_s"] + max(0.0, gpu["fsdp_s"] - gpu["compute_s"]))

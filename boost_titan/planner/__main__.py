@@ -11,8 +11,8 @@ import argparse
 from boost_titan.planner import predict
 from boost_titan.planner.table import format_table
 
-COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu", "tp_comm_s",
-           "crosses", "rate"]
+COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu",
+           "tokens_per_s_gpu_no_overlap", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -16,8 +16,12 @@ costs comes from public NCCL measurements, not from this project (no multi-GPU m
 Time of one collective over ``t`` ranks on a tensor of ``n`` bytes (the full tensor: the
 all-reduce's input, the all-gather's output, the reduce-scatter's input), NCCL's bus-bandwidth
 convention: all-reduce ``α + 2(t−1)/t · n / bus_bw``; all-gather, reduce-scatter ``α + (t−1)/t · n / bus_bw``;
-point-to-point ``α + n / bus_bw``. The model ignores that mid-size messages (≲ 16 MiB) reach less than
-the peak bus bandwidth, so it is optimistic there.
+point-to-point ``α + n / bus_bw``. Mid-size messages reach less than the peak: inside a node the bus
+bandwidth follows a measured curve of NCCL's ring on 8 NVLink-4 GPUs (``NVLINK_RING_CURVE``: ≈ 240 GB/s
+at 16 MiB, 300 at 32 MiB, 335 at 128 MiB, 370 from 1 GiB; nccl-tests ``all_reduce_perf`` with
+``NCCL_ALGO=Ring`` on H100 nodes, e.g. IBM/pytorch-communication-benchmarks#1), interpolated in
+log-size and extended below 16 MiB with its first segment's slope; the α term is charged as well.
+BTP's 7B all-reduces are 32–96 MiB at b 4 and 8–24 MiB at b 1, where the curve matters.
 
 Which time is exposed (on the critical path of the step):
 
@@ -55,19 +59,37 @@ nodes are point-to-point at one NIC's bandwidth.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from boost_titan.planner.collectives import Collective
+
+MiB = 2**20
+# (message bytes, bus bandwidth) of NCCL's ring all-reduce on 8 NVLink-4 GPUs (see the module docstring)
+NVLINK_RING_CURVE = ((16 * MiB, 240e9), (32 * MiB, 300e9), (128 * MiB, 335e9), (1024 * MiB, 370e9))
 
 
 @dataclass(frozen=True)
 class Interconnect:
     alpha_s: float = 15e-6
-    bus_bw: float = 370e9
+    bus_bw: float = 370e9  # the large-message asymptote
     name: str = "8x H200 SXM, NVSwitch (NVLink 4), NCCL ring, NVLink SHARP off"
+    curve: tuple = ()  # (bytes, bus bandwidth) points below the asymptote; empty: bus_bw at every size
+
+    def bus_bw_at(self, nbytes: float) -> float:
+        """The bus bandwidth a message of ``nbytes`` reaches: ``curve`` interpolated in log-size (its first
+        segment's slope below the first point), ``bus_bw`` from the last point on."""
+        if not self.curve or nbytes >= self.curve[-1][0]:
+            return self.bus_bw
+        points = self.curve if nbytes >= self.curve[0][0] else self.curve[:2]
+        for (n0, b0), (n1, b1) in zip(points, points[1:]):
+            if nbytes < n1 or (n0, b0) == points[-2]:
+                slope = math.log(b1 / b0) / math.log(n1 / n0)
+                return min(self.bus_bw, b0 * (max(nbytes, 1.0) / n0) ** slope)
+        return self.bus_bw
 
 
-H200_NODE = Interconnect()
+H200_NODE = Interconnect(curve=NVLINK_RING_CURVE)
 
 
 @dataclass(frozen=True)
@@ -146,7 +168,7 @@ def collective_seconds(kind: str, nbytes: float, ranks: int, link: Interconnect 
         return 0.0
     factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
               "reduce_scatter": (ranks - 1) / ranks, "p2p": 1.0}[kind]
-    return link.alpha_s + factor * nbytes / link.bus_bw
+    return link.alpha_s + factor * nbytes / link.bus_bw_at(nbytes)
 
 
 def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE,

@@ -220,22 +220,44 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     m = batch // microbatch
     mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
     mb_compute *= ac_factors(layout.strategy, layout.ac)[1]
-    calls = _layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq)
-    mb_comm = comm_model.tp_seconds(list(calls), layout.tp, tp_link) * (args.n_layers // layout.pp)
-    if layout.pp > 1:
-        p2p = 2 * math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))  # bf16
-        step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, pp_link)
-    else:
-        step = m * (mb_compute + mb_comm)
+    calls = list(_layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq))
     compute = m * mb_compute
+    host = host_seconds(args, layout, m)
     fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.shard, dp_link,
                                    groups=args.n_layers // layout.pp + 2)
     if layout.rep > 1:  # HSDP: the reduce-scattered fp32 gradient shard all-reduced across the replicas
         fsdp += comm_model.collective_seconds("all_reduce", 4 * stage_params(args, layout.tp, layout.pp)
                                               / layout.shard, layout.rep, rep_link)
-    step += max(0.0, fsdp - compute)
-    return {"compute_s": compute, "tp_comm_s": m * mb_comm, "fsdp_s": fsdp, "step_s": step,
+
+    def step_with(overlap_rate: float) -> tuple[float, float]:
+        """(step, exposed TP communication) with the backward collectives hidden behind the dW GEMMs at
+        ``overlap_rate`` (0: nothing hidden)."""
+        mb_comm = comm_model.tp_seconds(calls, layout.tp, tp_link, overlap_rate) * (args.n_layers // layout.pp)
+        if layout.pp > 1:
+            p2p = 2 * math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))  # bf16
+            step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, pp_link)
+        else:
+            step = m * (mb_compute + mb_comm)
+        # no faster than the host can issue the step: the larger of GPU and host time, plus the exposed collectives
+        step = max(step, host + m * mb_comm)
+        return step + max(0.0, fsdp - compute), m * mb_comm
+
+    step, tp_comm = step_with(comm_model.OVERLAP_GEMM_FLOPS)
+    step_no_overlap, tp_comm_no_overlap = step_with(0.0)
+    return {"compute_s": compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "step_s": step,
+            "tp_comm_no_overlap_s": tp_comm_no_overlap, "step_no_overlap_s": step_no_overlap,
+            "bound": "host" if host > compute else "gpu",
             "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
+
+
+def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> float:
+    """The host's least time per step (Python, hooks, dispatch, launches): the measured host time per
+    block and forward + backward pass (``measured_h200.json`` ``host_per_block_s``: under FSDP across
+    ranks, or under the 1-rank mixed-precision wrapper / one GPU), times the rank's blocks and the
+    passes (pipeline microbatches)."""
+    entry = measured_constants()["host_per_block_s"]
+    per_block = entry["fsdp"] if layout.shard > 1 else entry["one_rank"]
+    return per_block * (args.n_layers // layout.pp) * passes
 
 
 def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
@@ -263,6 +285,8 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
                      "ac": layout.ac, "rep": layout.rep, "batch": local, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, "step_s": t["step_s"],
                      "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
+                     "tokens_per_s_gpu_no_overlap": local * seq * layout.dp / t["step_no_overlap_s"] / cluster.gpus,
+                     "host_s": t["host_s"], "bound": t["bound"],
                      "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "fsdp_s": t["fsdp_s"],
                      "crosses": ",".join(cluster.crossing(layout.tp, layout.shard, layout.pp, layout.rep)) or "-",
                      "rate": t["rate"]})

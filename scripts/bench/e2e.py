@@ -190,6 +190,10 @@ def main() -> None:
             trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
             if trace.is_file():
                 buckets[name] = trace_buckets(trace)
+                # the traced step's GPU-busy time beside the median step: what the host leaves idle
+                busy = sum(buckets[name].values()) / 1e3
+                results[-1]["gpu_busy_s"] = busy
+                results[-1]["host_bound_pct"] = max(0.0, 100 * (1 - busy / results[-1]["step_s"]))
                 profiles += bucket_rows(name, buckets[name])
                 gaps += [{"variant": name, **r} for r in trace_gaps(trace)]
             else:
@@ -204,7 +208,8 @@ def main() -> None:
             by_name[cola]["speedup_vs_fullrank"] = by_name[cola]["tokens_per_s"] / by_name[full]["tokens_per_s"]
         if cola in buckets and full in buckets:
             bounds += [{"pair": f"{cola} / {full}", **r} for r in removal_bounds(buckets[cola], buckets[full])]
-    cols = ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
+    cols = ["variant", "tokens_per_s", "step_s", *(["gpu_busy_s", "host_bound_pct"] if buckets else []), "mfu_pct",
+            "peak_mem_gib", "speedup_vs_fullrank", "final_loss"]
     sections = [("GPU time of the traced step by kernel kind (ms)", profiles, None)] if a.profile else []
     if gaps:
         sections.append(("GPU idle time of the traced step by host cause", gaps, None,

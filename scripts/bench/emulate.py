@@ -176,20 +176,25 @@ def predict(row: dict, batch: int, seq: int, buckets: dict | None, stages: list[
     args, tp, pp = FLAVORS[flavor], row["tp"], row["pp"]
     calls, _ = model_collectives(row["strategy"], args, tp, emulated_batch(row, batch), seq)
     tp_s = comm_model.tp_seconds(calls, tp)
+    no_overlap_s = comm_model.tp_seconds(calls, tp, overlap_rate=0.0)  # the bound if nothing overlaps
     if pp == 1:  # no data parallelism in these layouts: no FSDP traffic
-        return {"pred_tp_comm_s": tp_s, "pred_step_s": comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s}
+        return {"pred_tp_comm_s": tp_s, "pred_step_s": comm_model.predict_step(row["step_s"], tp_s, 0.0).step_s,
+                "pred_step_no_overlap_s": row["step_s"] + no_overlap_s}
     m = microbatches(row, batch)
     p2p = 2 * math.prod(stream_shape(row["strategy"], emulated_batch(row, batch), seq, args.dim, tp))  # bf16
     if stages and len(stages) == pp and all(s.get("ok") for s in stages):
-        slot = max(s["step_s"] for s in stages) / m + tp_s / pp
+        slot = max(s["step_s"] for s in stages) / m
         return {"pred_tp_comm_s": tp_s, "pred_basis": "stage ranks",
-                "pred_step_s": comm_model.pipeline_step_seconds(slot, m, pp, p2p)}
+                "pred_step_s": comm_model.pipeline_step_seconds(slot + tp_s / pp, m, pp, p2p),
+                "pred_step_no_overlap_s": comm_model.pipeline_step_seconds(slot + no_overlap_s / pp, m, pp, p2p)}
     if not buckets:
         return {"pred_tp_comm_s": tp_s}  # needs the --stages rows or the --profile buckets
     optimizer_s = buckets.get("optimizer", 0.0) / 1e3
     microbatch_s = sum(buckets.values()) / 1e3 - optimizer_s
     step = comm_model.pipeline_step_seconds((microbatch_s + tp_s) / pp, m, pp, p2p)
-    return {"pred_tp_comm_s": tp_s, "pred_basis": "GPU-bound", "pred_step_s": step + optimizer_s / pp}
+    bound = comm_model.pipeline_step_seconds((microbatch_s + no_overlap_s) / pp, m, pp, p2p)
+    return {"pred_tp_comm_s": tp_s, "pred_basis": "GPU-bound", "pred_step_s": step + optimizer_s / pp,
+            "pred_step_no_overlap_s": bound + optimizer_s / pp}
 
 
 def add_predictions(rows: list[dict], seq: int, buckets: dict, stage_rows: list[dict] = ()) -> list[dict]:
@@ -209,10 +214,12 @@ def add_predictions(rows: list[dict], seq: int, buckets: dict, stage_rows: list[
                  **{f"{s}_s": by[s]["pred_step_s"] for s in STRATEGIES if s in by}}
         if layout["pp"] > 1:
             entry["basis"] = " / ".join(sorted({by[s].get("pred_basis", "?") for s in by}))
-        if "btp" in by and "fullrank" in by:
-            entry["btp_vs_fullrank"] = by["fullrank"]["pred_step_s"] / by["btp"]["pred_step_s"]
-        if "btp" in by and "vanilla" in by:
-            entry["btp_vs_vanilla"] = by["vanilla"]["pred_step_s"] / by["btp"]["pred_step_s"]
+        for other in ("fullrank", "vanilla"):  # ideal overlap, and the bound where nothing overlaps
+            if "btp" in by and other in by:
+                entry[f"btp_vs_{other}"] = by[other]["pred_step_s"] / by["btp"]["pred_step_s"]
+                if "pred_step_no_overlap_s" in by[other] and "pred_step_no_overlap_s" in by["btp"]:
+                    entry[f"btp_vs_{other}_no_overlap"] = (by[other]["pred_step_no_overlap_s"]
+                                                           / by["btp"]["pred_step_no_overlap_s"])
         if flavor in BOOST_A100 and emulated_batch(next(iter(by.values())), batch) == 4:  # BOOST's mbz 4
             fr, va, bt = BOOST_A100[flavor]
             entry |= {"boost_a100": f"{fr} / {va} / {bt} s", "boost_vs_fr_va": f"{fr / bt:.2f}x / {va / bt:.2f}x"}
@@ -286,7 +293,8 @@ def main() -> None:
     cols = ["flavor", "strategy", "tp", "pp", "dp", "batch", "kind", "step_s", "perfect_s", "split_eff",
             "tokens_per_s_gpu", "tflops", "mfu_pct", "peak_mem_gib", "pred_tp_comm_s", "pred_step_s"]
     fig5_cols = ["flavor", "layout", "batch", "fullrank_s", "vanilla_s", "btp_s", "btp_vs_fullrank",
-                 "btp_vs_vanilla", "boost_a100", "boost_vs_fr_va", "basis"]
+                 "btp_vs_fullrank_no_overlap", "btp_vs_vanilla", "btp_vs_vanilla_no_overlap", "boost_a100",
+                 "boost_vs_fr_va", "basis"]
     link = comm_model.H200_NODE
     title = "PREDICTED step time per layout (s): emulated compute + modelled communication"
     sections = [(title, fig5, fig5_cols)] if fig5 else []
@@ -313,10 +321,11 @@ def main() -> None:
                  "flavor and local batch, FSDP over 2 GPUs); split_eff = perfect_s / step_s. A pp > 1 row "
                  "is the whole model at one microbatch without its pipeline. PREDICTED (pred_*): TP "
                  f"collectives counted from the model, each costing alpha {link.alpha_s * 1e6:.0f} us + "
-                 f"bytes / {link.bus_bw / 1e9:.0f} GB/s bus bandwidth ({link.name}; see "
-                 "boost_titan/planner/comm_model.py for the sources), exposed except what the GEMMs issued while "
-                 "a backward collective is in flight hide (counted from the code's order, at "
-                 f"{comm_model.OVERLAP_GEMM_FLOPS / 1e12:.0f} TFLOP/s, ideal overlap); pp: 1F1B over the "
+                 f"bytes / the bus bandwidth at that size (up to {link.bus_bw / 1e9:.0f} GB/s; {link.name}; see "
+                 "boost_titan/planner/comm_model.py for the curve and its sources), exposed except what the GEMMs "
+                 "issued while a backward collective is in flight hide (counted from the code's order, at "
+                 f"{comm_model.OVERLAP_GEMM_FLOPS / 1e12:.0f} TFLOP/s, ideal overlap; `*_no_overlap`: the bound "
+                 "where nothing is hidden); pp: 1F1B over the "
                  "batch's microbatches of `--microbatch`, its slot from the stage ranks (--stages) where measured, "
                  "else GPU-bound "
                  "from the traced kernels (--profile); `basis` says which (see predict()).")

@@ -12,8 +12,8 @@
    layout with tp > 1; in brackets the dimensions whose collectives cross the network.
 
 Everything is predicted by ``boost_titan.planner`` (emulated per-rank rates, α–β NVLink and InfiniBand
-model, memory model). No host time is modelled: at small local batches (the larger clusters) the
-emulated ranks were host-bound, so those rows are optimistic, BTP's most.
+model, memory model, and the host floor: a measured host time per block, so that at small local
+batches, where the emulated ranks were host-bound, no layout is predicted faster than its host).
 """
 
 from __future__ import annotations
