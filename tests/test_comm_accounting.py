@@ -113,9 +113,9 @@ def test_7b_per_layer_volume_reproduces_boost_table(capsys, tmp_path):
     assert vol["btp"][0] == pytest.approx(7 * r * col + stat_cols, abs=1e-9) and vol["btp"][1] == 7 * r * col == 224
     comm_volume.main(["--tp", "4", "--out", str(tmp_path / "comm_volume")])
     print(capsys.readouterr().out)  # the per-layer byte table, shown with pytest -s
-    written = json.loads((tmp_path / "comm_volume_7b_counted.json").read_text())
+    written = json.loads((tmp_path / "comm_volume.json").read_text())
     assert written["meta"]["command"] == "python -m scripts.bench.comm_volume --tp 4 --out " + str(tmp_path / "comm_volume")
     rows = {r["strategy"]: r for r in written["rows"]}
     assert (rows["vanilla"]["fwd_count"], rows["vanilla"]["fwd_MiB"], rows["vanilla"]["bwd_MiB"]) == (7, 1328, 728)
     assert (rows["btp (online norm)"]["fwd_count"], rows["btp (online norm)"]["fwd_MiB"]) == (4, 224.125)
-    assert "| btp (online norm) |" in (tmp_path / "comm_volume_7b_counted.md").read_text().replace("  ", "")
+    assert "| btp (online norm) |" in (tmp_path / "comm_volume.md").read_text().replace("  ", "")

@@ -124,7 +124,9 @@ def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emul
 
 def parse_log(log: str, returncode: int, command: str) -> dict:
     """``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
-    ``validation``: (step, loss) pairs; ``tokens_per_step`` (per rank); ``command``; ``ok``."""
+    ``validation``: (step, loss) pairs; ``tokens_per_step`` (per device, as torchtitan's tps counts them:
+    the rank's tokens over the tp · pp ranks that share them; step_s = tokens_per_step / tps);
+    ``command``; ``ok``."""
     steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
                       (_seconds(m[0]), int(m[1]), _loss(m[2]), float(m[3]), int(m[4].replace(",", "")),
                        float(m[5]), float("nan") if m[6] == "n/a" else float(m[6])))) for m in STEP.findall(log)]
@@ -132,8 +134,13 @@ def parse_log(log: str, returncode: int, command: str) -> dict:
     for r in steps:
         r["t"] = (r["t"] - t0_log) % 86400
     batch = BATCH.search(log)
+    # torchtitan's tps is per device: a rank's tokens / step time / (tp · pp), the ranks that share them
+    shared = 1
+    for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
+        m = re.findall(rf"--parallelism\.{key}[ =](\d+)", command)
+        shared *= int(m[-1]) if m else 1
     return {"steps": steps, "validation": [(int(a), float(b)) for a, b in VALIDATION.findall(log)],
-            "tokens_per_step": int(batch[1]) * int(batch[2]) if batch else 0,
+            "tokens_per_step": int(batch[1]) * int(batch[2]) // shared if batch else 0,
             "ok": returncode == 0 and bool(steps), "command": command}
 
 
