@@ -124,6 +124,34 @@ def test_one_rank_wrapper_groups_change_the_wrapping_not_the_numbers(tmp_path):
     assert "[boost] one_rank_fsdp_groups=3 must be between 1 and the 2 blocks" in res["error"]
 
 
+def _units(rank, world_size, path):
+    results = {}
+    for per_unit in (1, 2):
+        results[per_unit] = {}
+        _forward_dtypes(rank, world_size, {"tp": 2, "dp_shard": 2}, "bfloat16", results[per_unit],
+                        "--boost.fsdp_blocks_per_unit", str(per_unit))
+    try:
+        _forward_dtypes(rank, world_size, {"tp": 2, "dp_shard": 2}, "bfloat16", {}, "--boost.fsdp_blocks_per_unit", "0")
+    except ValueError as e:
+        results["error"] = str(e)
+    torch.distributed.barrier()  # as in _groups: no rank leaves while another still builds
+    if rank == 0:
+        torch.save(results, path)
+
+
+def test_fsdp_units_of_several_blocks_change_the_wrapping_not_the_numbers(tmp_path):
+    """tp 2 × FSDP 2: ``[boost] fsdp_blocks_per_unit = 2`` (TINY has two blocks: the whole model in one
+    unit, the root's) gives the per-block wrapping's bf16 loss and fp32 gradients exactly; 0 fails."""
+    run_distributed(_units, 4, str(tmp_path / "r.pt"))
+    res = torch.load(tmp_path / "r.pt")
+    per_block, grouped = res[1], res[2]
+    assert (per_block["fsdp_groups"], grouped["fsdp_groups"]) == (6, 1)  # emb, 2 blocks, norm, head, root / root
+    assert per_block["loss"] == grouped["loss"]
+    for a, b in zip(per_block["grads"], grouped["grads"]):
+        assert torch.equal(a, b)
+    assert "[boost] fsdp_blocks_per_unit=0 must be at least 1" in res["error"]
+
+
 def _batched_cast(rank, world_size, path):
     import torchtitan_ext.parallelize as parallelize
 

@@ -54,6 +54,11 @@ class Boost:
     and gradient reductions of all groups but the first and last overlap compute, at the cost of the
     hooks (and less memory: each group's bf16 gradients are reduced as backward passes it)."""
 
+    fsdp_blocks_per_unit: int = 1
+    """FSDP over several data-parallel ranks: consecutive blocks per ``fully_shard`` unit. 1: one unit per
+    block (torchtitan's wrapping); more: fewer units, so fewer FSDP hooks and collectives per step (less
+    host time), each gathering more weights at once (more memory in flight)."""
+
     skip_nonfinite_steps: bool = False
     """A step whose loss or gradient is inf/nan stops the run before its optimizer step (no checkpoint
     of that state is written); true: skip such a step (weights and optimizer state kept) and go on."""

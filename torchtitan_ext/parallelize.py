@@ -76,7 +76,12 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
                 reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward)
     if parallel_dims.fsdp_enabled:
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
-        apply_fsdp(model, parallel_dims.get_mesh(names), **fsdp)
+        per_unit = boost.fsdp_blocks_per_unit
+        if per_unit < 1:
+            raise ValueError(f"[boost] fsdp_blocks_per_unit={per_unit} must be at least 1")
+        blocks = len(model.layers)
+        units = None if per_unit == 1 else max(1, -(-blocks // per_unit))  # None: torchtitan's per-block wrapping
+        apply_fsdp(model, parallel_dims.get_mesh(names), **fsdp, groups=units)
         logger.info("Applied FSDP2 to the model")
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy")
     elif (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and fsdp["param_dtype"] != torch.float32:
