@@ -78,15 +78,13 @@ class Interconnect:
 
     def bus_bw_at(self, nbytes: float) -> float:
         """The bus bandwidth a message of ``nbytes`` reaches: ``curve`` interpolated in log-size (its first
-        segment's slope below the first point), ``bus_bw`` from the last point on."""
+        segment extended below the first point), ``bus_bw`` from the last point on."""
         if not self.curve or nbytes >= self.curve[-1][0]:
             return self.bus_bw
-        points = self.curve if nbytes >= self.curve[0][0] else self.curve[:2]
-        for (n0, b0), (n1, b1) in zip(points, points[1:]):
-            if nbytes < n1 or (n0, b0) == points[-2]:
-                slope = math.log(b1 / b0) / math.log(n1 / n0)
-                return min(self.bus_bw, b0 * (max(nbytes, 1.0) / n0) ** slope)
-        return self.bus_bw
+        # the segment holding nbytes; below the curve, the first one
+        (n0, b0), (n1, b1) = next((p, q) for p, q in zip(self.curve, self.curve[1:]) if nbytes < q[0])
+        slope = math.log(b1 / b0) / math.log(n1 / n0)
+        return min(self.bus_bw, b0 * (max(nbytes, 1.0) / n0) ** slope)
 
 
 H200_NODE = Interconnect(curve=NVLINK_RING_CURVE)
