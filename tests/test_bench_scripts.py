@@ -16,6 +16,7 @@ from scripts.bench.common import (
     removal_bounds,
     trace_buckets,
     trace_gaps,
+    trace_host,
     trace_top_kernels,
     write_results,
 )
@@ -146,6 +147,39 @@ def test_trace_gaps_by_hand(tmp_path):
         ("aten::to", "aten::embedding", 1), ("", "CompiledFunction > aten::mm", 1)]
     assert rows[0]["idle_ms"] == pytest.approx(0.3) and rows[1]["idle_ms"] == pytest.approx(0.2)
     assert rows[-1]["gaps"] == 2 and rows[-1]["idle_ms"] == pytest.approx(0.5) and rows[-1]["max_ms"] == pytest.approx(0.3)
+
+
+def test_trace_host_charges_own_time_to_the_nearest_kind(tmp_path):
+    # main thread: a compiled region (100 us) whose graph call (60) holds a launch (5), with 10 us of
+    # guards; an eager op (30); the optimizer (50) with a fused kernel op (20). Autograd thread: a
+    # compiled backward (80) whose graph call (70) runs inside it, then FSDP's post-backward (40) with
+    # a copy (15). The profiler step annotation (1000) and time outside any op count for nothing.
+    main, grad = dict(ph="X", pid=1, tid=1), dict(ph="X", pid=1, tid=2)
+    events = [{**main, "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 1000},
+              {**main, "cat": "cpu_op", "name": "Torch-Compiled Region: 0/0", "ts": 10, "dur": 100},
+              {**main, "cat": "cpu_op", "name": "TorchDynamo Cache Lookup", "ts": 10, "dur": 10},
+              {**main, "cat": "user_annotation", "name": "## Call CompiledFxGraph abc ##", "ts": 30, "dur": 60},
+              {**main, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 40, "dur": 5},
+              {**main, "cat": "cpu_op", "name": "aten::add", "ts": 200, "dur": 30},
+              {**main, "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 300, "dur": 50},
+              {**main, "cat": "cpu_op", "name": "aten::_fused_adamw_", "ts": 310, "dur": 20},
+              {**grad, "cat": "cpu_op", "name": "autograd::engine::evaluate_function: CompiledFunctionBackward",
+               "ts": 400, "dur": 90},
+              {**grad, "cat": "cpu_op", "name": "CompiledFunctionBackward", "ts": 405, "dur": 80},
+              {**grad, "cat": "user_annotation", "name": "## Call CompiledFxGraph def ##", "ts": 410, "dur": 70},
+              {**grad, "cat": "user_annotation", "name": "FSDP::post_backward_reduce (layers.0)", "ts": 500, "dur": 40},
+              {**grad, "cat": "cpu_op", "name": "aten::copy_", "ts": 510, "dur": 15}]
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    rows = {r["kind"].split(" (")[0]: r for r in trace_host(trace)}
+    assert rows["compiled graphs"]["host_ms"] == pytest.approx(0.130)  # 60 + 70, the launch included
+    assert rows["compiled-region wrappers"]["host_ms"] == pytest.approx(0.050)  # 100 - 60 + 80 - 70
+    assert rows["compiled-region wrappers"]["events"] == 2  # the region (its cache lookup inside it), the backward
+    assert rows["FSDP2 hooks, copy-in/out, collectives"]["host_ms"] == pytest.approx(0.040)
+    assert rows["optimizer step"]["host_ms"] == pytest.approx(0.050)
+    assert rows["other ops"]["host_ms"] == pytest.approx(0.040)  # aten::add + the engine's own 10 us
+    total = next(r for k, r in rows.items() if k.startswith("ALL"))
+    assert total["host_ms"] == pytest.approx(0.310) and "1 kernel launch calls: 0.0 ms" in total["kind"]
 
 
 def test_write_results_sections_with_notes(tmp_path):

@@ -1,6 +1,7 @@
 """run_train.sh's preflight: every bad value of a config gives one line naming it and the rule."""
 
 import pytest
+import torch
 
 from torchtitan_ext.preflight import problems
 
@@ -30,6 +31,12 @@ def test_the_shipped_configs_pass():
      "activation_checkpoint.mode='memory_budget' chooses what to recompute inside compiled graphs: it needs --compile.enable"),
     (["--activation_checkpoint.mode", "memory_budget", "--compile.enable", "--activation_checkpoint.memory_budget", "1.5"],
      2, "activation_checkpoint.memory_budget=1.5 must be in [0, 1]"),
+    (["--boost.cudagraphs"], 2, "cudagraphs=true replays the compiled blocks as CUDA graphs: set compile.enable = true"),
+    (["--boost.cudagraphs", "--compile.enable", "--compile.backend", "aot_eager"], 2,
+     "cudagraphs=true needs compile.backend = 'inductor', got 'aot_eager'"),
+    pytest.param(["--boost.cudagraphs", "--compile.enable"], 2,
+                 "cudagraphs=true needs a CUDA device; this run computes on cpu",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")),
 ])
 def test_each_problem_is_named(overrides, world, expected):
     found = problems(BASE + overrides, world)

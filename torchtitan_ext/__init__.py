@@ -1,4 +1,5 @@
-"""torchtitan glue: registers the ``cola_llama`` model family (and, on CPU, the device shim).
+"""torchtitan glue: registers the ``cola_llama`` model family, the ``llama3_peer`` reference (torchtitan's
+llama3 at our dense shapes, :mod:`.peers`) and, on CPU, the device shim.
 
 Loaded by torchtitan through ``[job] custom_config_module = "torchtitan_ext.job_config"`` (which
 imports this package first) and ``[experimental] custom_import = "torchtitan_ext"``.
@@ -13,8 +14,10 @@ if not torch.cuda.is_available():
 
 from .faults import die_with_launcher  # noqa: E402
 from .logs import quiet  # noqa: E402
+from .peers import register as register_peer  # noqa: E402
 from .train_spec import register  # noqa: E402
 
 die_with_launcher()
 quiet()
 register()
+register_peer()

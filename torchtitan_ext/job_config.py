@@ -59,6 +59,12 @@ class Boost:
     block (torchtitan's wrapping); more: fewer units, so fewer FSDP hooks and collectives per step (less
     host time), each gathering more weights at once (more memory in flight)."""
 
+    cudagraphs: bool = False
+    """Replay each compiled block's forward and backward as a CUDA graph (torch.compile's cudagraph trees,
+    ``mode="reduce-overhead"``): one launch per block instead of one per kernel, so small micro-batches
+    stop being host-bound. Needs compile.enable and a CUDA device; costs the graphs' memory pool (the
+    activations live in it) and a recording in the first steps."""
+
     skip_nonfinite_steps: bool = False
     """A step whose loss or gradient is inf/nan stops the run before its optimizer step (no checkpoint
     of that state is written); true: skip such a step (weights and optimizer state kept) and go on."""

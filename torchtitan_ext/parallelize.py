@@ -10,7 +10,7 @@ from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed.activation_checkpoint import apply_ac
-from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp
+from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_ddp
 from torchtitan.tools.logging import logger
 
 from boost_titan.ops.attention import check_backend, save_for_backward_ops
@@ -18,7 +18,7 @@ from boost_titan.ops.cross_entropy import implementation_name
 from boost_titan.ops.float8 import check_float8
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
-from boost_titan.parallel.compile import compile_on_local_shards
+from boost_titan.parallel.compile import compile_blocks, compile_on_local_shards
 from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
 
 from .logs import TORCHTITAN_AMP_OFF, drop
@@ -49,6 +49,8 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         check_tp(boost.tp_strategy, args, 1)  # a strategy for the other family fails at tp = 1 too
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    if problem := cudagraphs_problem(boost, job_config.compile, device):
+        raise ValueError(problem)
     ac_mode = job_config.activation_checkpoint.mode
     if boost.lowrank_checkpoint:
         if ac_mode != "none":
@@ -65,10 +67,12 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # on torch 2.13 (CPU: the RNG state of the recomputed SDPA is saved after the DTensors'
         # DeviceMesh and the runtime then takes the mesh for a tensor); the compiled region is given
         # the local shards instead (same math, see LocalShardCompiled).
-        compile_on_local_shards(model, backend=job_config.compile.backend)
-        logger.info("Compiling each TransformerBlock with torch.compile (on the local shards of its tp parameters)")
+        compile_on_local_shards(model, backend=job_config.compile.backend, cudagraphs=boost.cudagraphs)
+        logger.info("Compiling each TransformerBlock with torch.compile (on the local shards of its tp parameters)"
+                    + _CUDAGRAPHS_NOTE * boost.cudagraphs)
     elif compile_model:
-        apply_compile(model, job_config.compile)
+        compile_blocks(model, backend=job_config.compile.backend, cudagraphs=boost.cudagraphs)
+        logger.info("Compiling each TransformerBlock with torch.compile" + _CUDAGRAPHS_NOTE * boost.cudagraphs)
 
     fsdp = dict(param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
                 reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
@@ -109,6 +113,24 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     return model
+
+
+_CUDAGRAPHS_NOTE = ", replayed as CUDA graphs (cudagraph trees)"
+
+
+def cudagraphs_problem(boost, compile_config, device: torch.device) -> str | None:
+    """Why ``[boost] cudagraphs`` cannot apply (it replays the blocks inductor compiled, on CUDA); None: fine."""
+    if not boost.cudagraphs:
+        return None
+    if not (compile_config.enable and "model" in compile_config.components):
+        return ("[boost] cudagraphs=true replays the compiled blocks as CUDA graphs: set compile.enable = true with "
+                f"'model' in compile.components (got enable={compile_config.enable}, "
+                f"components={compile_config.components})")
+    if compile_config.backend != "inductor":
+        return f"[boost] cudagraphs=true needs compile.backend = 'inductor', got {compile_config.backend!r}"
+    if device.type != "cuda":
+        return f"[boost] cudagraphs=true needs a CUDA device; this run computes on {device.type}"
+    return None
 
 
 def kernel_problems(boost, args, tp: int, pp: int, device: torch.device | None = None) -> list[str]:

@@ -50,9 +50,13 @@ def problems(argv: list[str], world_size: int, nodes: int = 1, node_rank: str = 
         out.append(str(e))
     if training.seq_len % (tp * 2 * cp) and tp > 1:
         out.append(f"training.seq_len={training.seq_len} must be divisible by {tp * 2 * cp} (tp · 2 · cp)")
-    from torchtitan_ext.parallelize import kernel_problems
+    import torch
+
+    from torchtitan_ext.parallelize import cudagraphs_problem, kernel_problems
 
     out += kernel_problems(job.boost, args, tp, pp)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the ranks' device (run_train.sh)
+    out += [p for p in [cudagraphs_problem(job.boost, job.compile, device)] if p]
     ac = job.activation_checkpoint
     if job.boost.lowrank_checkpoint and ac.mode != "none":
         out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="

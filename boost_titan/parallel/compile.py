@@ -49,9 +49,9 @@ class LocalShardCompiled(ActivationWrapper):
     FSDP2 wraps this module like any block: its unsharded parameters are the tp DTensors read here.
     """
 
-    def __init__(self, module: nn.Module, backend="inductor"):
+    def __init__(self, module: nn.Module, backend="inductor", cudagraphs: bool = False):
         super().__init__(module)
-        self._compiled = torch.compile(_call, backend=backend, fullgraph=True)
+        self._compiled = torch.compile(_call, backend=backend, fullgraph=True, options=compile_options(cudagraphs))
 
     def forward(self, *args, **kwargs):
         block = self._checkpoint_wrapped_module
@@ -59,8 +59,23 @@ class LocalShardCompiled(ActivationWrapper):
         return self._compiled(block, local, args, kwargs)
 
 
-def compile_on_local_shards(model: nn.Module, backend="inductor") -> None:
-    """Wrap every block of ``model.layers`` in :class:`LocalShardCompiled` (instead of torchtitan's
-    per-block ``torch.compile``)."""
+def compile_options(cudagraphs: bool) -> dict | None:
+    """inductor options of a compiled block: ``cudagraphs`` replays it as a CUDA graph (torch.compile's
+    cudagraph trees, what ``mode="reduce-overhead"`` selects): one launch per block's forward and
+    backward instead of one per kernel."""
+    return {"triton.cudagraphs": True} if cudagraphs else None
+
+
+def compile_blocks(model: nn.Module, backend="inductor", cudagraphs: bool = False) -> None:
+    """torchtitan's ``apply_compile``: ``torch.compile`` of each block of ``model.layers`` (the blocks
+    repeat, so one graph serves them all), with :func:`compile_options`."""
     for layer_id, block in model.layers.named_children():
-        model.layers.register_module(layer_id, LocalShardCompiled(block, backend))
+        compiled = torch.compile(block, backend=backend, fullgraph=True, options=compile_options(cudagraphs))
+        model.layers.register_module(layer_id, compiled)
+
+
+def compile_on_local_shards(model: nn.Module, backend="inductor", cudagraphs: bool = False) -> None:
+    """Wrap every block of ``model.layers`` in :class:`LocalShardCompiled` (instead of
+    :func:`compile_blocks`)."""
+    for layer_id, block in model.layers.named_children():
+        model.layers.register_module(layer_id, LocalShardCompiled(block, backend, cudagraphs))

@@ -391,6 +391,74 @@ def trace_gaps(trace_path: str | Path, min_us: float = 10.0, n: int = 12) -> lis
                     "idle_ms": total, "max_ms": max((g[2] for g in groups.values()), default=0.0)}]
 
 
+# Host-side kinds of work in a torch profiler trace, by event name (first match wins). An event's own
+# time (its duration less its children's) counts for the kind of the nearest event, itself included,
+# that has one: a kernel launch inside a compiled graph counts as "compiled graphs".
+HOST_KINDS = (
+    ("compiled graphs (inductor code: kernel launches)", ("## Call CompiledFxGraph",)),
+    ("compiled-region wrappers (dynamo guards, AOTAutograd)",
+     ("Torch-Compiled Region", "CompiledFunction", "TorchDynamo Cache Lookup", "AOTDispatcher", "Pregraph bytecode")),
+    ("FSDP2 hooks, copy-in/out, collectives", ("FSDP::", "RegisterPostBackwardFunction", "PostBackwardFunction",
+                                              "PreBackwardFunction")),
+    ("gradient accumulation (AccumulateGrad)", ("torch::autograd::AccumulateGrad",)),
+    ("optimizer step", ("Optimizer.step", "Optimizer.zero_grad")),
+    ("gradient clipping", ("boost::clip_grad_norm",)),
+    ("DTensor redistribute", ("Redistribute",)),
+)
+_UNKINDED = "other ops (eager ops outside compiled regions, autograd engine)"
+
+
+def _host_kind(name: str) -> str | None:
+    return next((kind for kind, prefixes in HOST_KINDS if name.startswith(prefixes)), None)
+
+
+def _close_host_event(stack: list, own: dict) -> None:
+    """Pop the innermost open event: its own time to its kind, its whole time to its parent's children."""
+    e, kind, children = stack.pop()
+    own[kind or _UNKINDED] += max(0.0, e.get("dur", 0) - children)
+    if stack:
+        stack[-1][2] += e.get("dur", 0)
+
+
+def trace_host(trace_path: str | Path) -> list[dict]:
+    """Where the host's time goes in the profiled step(s) of a torch profiler trace, by :data:`HOST_KINDS`.
+
+    Every host thread's ops and annotations nest; an event's own time (less its children's) is
+    charged to the nearest kind among itself and its ancestors, or to "other ops". Time a thread spends
+    outside any op (Python between ops, waiting for another thread) is not counted; the CUDA runtime
+    calls inside an op (launches) count for that op. Rows: kind, host ms, events of that kind, share;
+    then the total and the number of kernel launches (CUDA runtime/driver launch calls) with their ms.
+    """
+    events = json.loads(Path(trace_path).read_text())
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    threads = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in _HOST_CATS and not e["name"].startswith("ProfilerStep"):
+            threads[(e.get("pid"), e.get("tid"))].append(e)
+    own, count = defaultdict(float), defaultdict(int)
+    launches, launch_us = 0, 0.0
+    for evs in threads.values():
+        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        stack = []  # (event, kind, children's time)
+        for e in evs:
+            while stack and stack[-1][0]["ts"] + stack[-1][0].get("dur", 0) <= e["ts"]:
+                _close_host_event(stack, own)
+            kind = _host_kind(e["name"])
+            if kind is not None and not any(k == kind for _, k, _ in stack):
+                count[kind] += 1
+            stack.append([e, kind or (stack[-1][1] if stack else None), 0.0])
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "aunch" in e["name"]:
+                launches, launch_us = launches + 1, launch_us + e.get("dur", 0)
+        while stack:
+            _close_host_event(stack, own)
+    total = sum(own.values())
+    order = [k for k, _ in HOST_KINDS] + [_UNKINDED]
+    rows = [{"kind": k, "host_ms": own[k] / 1e3, "events": count.get(k, 0), "share_pct": 100 * own[k] / total}
+            for k in order if own.get(k)]
+    return rows + [{"kind": f"ALL (of which {launches} kernel launch calls: {launch_us / 1e3:.1f} ms)",
+                    "host_ms": total / 1e3, "events": sum(count.values()), "share_pct": 100.0 if total else 0.0}]
+
+
 def removal_bounds(cola: dict[str, float], dense: dict[str, float]) -> list[dict]:
     """GPU-busy ratio dense/CoLA if kinds of kernel cost nothing, from two :func:`trace_buckets` dicts.
 

@@ -30,6 +30,7 @@ from scripts.bench.common import (
     removal_bounds,
     trace_buckets,
     trace_gaps,
+    trace_host,
     write_results,
 )
 
@@ -37,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
 # suffixes a variant name may carry, "+"-joined, to run it with these kernels (the same for both families)
 KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"],
-           "fp8": ["--boost.float8", "rowwise"], "fp8tw": ["--boost.float8", "tensorwise"]}
+           "fp8": ["--boost.float8", "rowwise"], "fp8tw": ["--boost.float8", "tensorwise"],
+           "cg": ["--boost.cudagraphs"]}
 BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
@@ -46,6 +48,9 @@ BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b_lowrank_ckpt_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.lowrank_checkpoint"]),
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
+    # torchtitan's own llama3 at the dense twin's shape (torchtitan_ext.peers; give --model.flavor 1B/7B/13B)
+    "llama3_peer_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE + ["--model.name", "llama3_peer",
+                                                                             "--model.flavor", "1B"]),
 }
 
 
@@ -174,7 +179,7 @@ def main() -> None:
     a = p.parse_args()
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    results, profiles, buckets, gaps = [], [], {}, []
+    results, profiles, buckets, gaps, host = [], [], {}, [], []
     names = a.variants.split(",")
     plans = {name: variant(name) for name in names}  # a bad name fails before any run
     for name in names:
@@ -203,6 +208,7 @@ def main() -> None:
                 results[-1]["host_bound_pct"] = max(0.0, 100 * (1 - busy / results[-1]["step_s"]))
                 profiles += bucket_rows(name, buckets[name])
                 gaps += [{"variant": name, **r} for r in trace_gaps(trace)]
+                host += [{"variant": name, **r} for r in trace_host(trace)]
             else:
                 print(f"[{name}] no profiler trace at {trace}", flush=True)
     by_name = {r["variant"]: r for r in results}
@@ -224,6 +230,12 @@ def main() -> None:
                          "of the kernel that ended it; `after_sync`: the host op whose blocking CUDA call (a "
                          "synchronize or a pageable copy) returned during the gap, i.e. the host had waited for the "
                          "GPU to drain and the gap is its time from there to the next launch."))
+    if host:
+        sections.append(("Host time of the traced step by kind", host, None,
+                         "Each host thread's ops nest; an op's own time (less its children's) is charged to the "
+                         "nearest kind among itself and the ops around it (`scripts.bench.common.HOST_KINDS`). "
+                         "Time outside any op (Python between ops, a thread waiting for another) is not counted; "
+                         "the launches of a compiled graph's kernels count as that graph's."))
     if bounds:
         sections.append(("GPU-busy ratio full rank / CoLA if a kind of kernel cost nothing", bounds, None))
     write_results(a.out, results, env_info(), "End-to-end training throughput (torchtitan loop)", columns=cols,
@@ -233,11 +245,14 @@ def main() -> None:
                         "SDPA (default backend choice) for both families unless the variant says `+flash` "
                         "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8` / `+fp8tw`: "
                         "torchao float8 rowwise / tensorwise GEMMs in every projection (MFU still against the bf16 peak); "
-                        "`+bN`: local batch N; `+mbNN`: torchtitan's `memory_budget` activation checkpointing at NN %.")
+                        "`+cg`: `[boost] cudagraphs` (compiled blocks replayed as CUDA graphs); `+bN`: local batch N; "
+                        "`+mbNN`: torchtitan's `memory_budget` activation checkpointing at NN %.")
     if profiles:
         print_table(profiles)
     if gaps:
         print_table(gaps)
+    if host:
+        print_table(host)
     if bounds:
         print_table(bounds)
     print_table(results, cols)
