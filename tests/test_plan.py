@@ -18,7 +18,7 @@ def no_host_floor(monkeypatch):
     """The hand computations below check compute and communication: the host floor set to zero."""
     from boost_titan.planner.costs import measured_constants
 
-    monkeypatch.setitem(measured_constants(), "host_per_block_s", {"fsdp": 0.0, "one_rank": 0.0})
+    monkeypatch.setitem(measured_constants(), "host_per_block_s", {"fsdp": 0.0, "fsdp_one_unit": 0.0, "one_rank": 0.0})
 
 
 def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
@@ -275,3 +275,36 @@ def test_no_layout_is_predicted_faster_than_its_host(monkeypatch):
             assert t["step_s"] == pytest.approx(t["host_s"] + t["tp_comm_s"] + max(0.0, t["fsdp_s"] - t["compute_s"]))
     gpu = plan.step_time(args, plan.Layout("btp", 1, 1, 8, "none"), 4, 4096)
     assert gpu["bound"] == "gpu" and gpu["step_s"] == pytest.approx(gpu["compute_s"] + max(0.0, gpu["fsdp_s"] - gpu["compute_s"]))
+
+
+def test_one_fsdp_unit_per_stage(no_host_floor):
+    """``units="stage"`` (``[boost] fsdp_blocks_per_unit`` = the stage's blocks): the host floor measured
+    for one unit, all of FSDP's traffic exposed (one unit gathers before forward and reduce-scatters after
+    backward: nothing overlaps it; per-block units expose only what exceeds compute), the whole stage's
+    bf16 weights and gradients held, and the run command that asks for it. Layouts without FSDP across
+    ranks have no such variant."""
+    from boost_titan.planner.costs import measured_constants
+
+    args, wrapper = FLAVORS["7B"], measured_constants()["one_rank_wrapper_bytes_per_param"]["value"]
+    block, stage = plan.Layout("btp", 4, 1, 2, "none"), plan.Layout("btp", 4, 1, 2, "none", units="stage")
+    tb, ts = plan.step_time(args, block, 4, 4096), plan.step_time(args, stage, 4, 4096)
+    assert ts["fsdp_s"] > 0 and ts["compute_s"] == tb["compute_s"]
+    assert ts["step_s"] == pytest.approx(tb["compute_s"] + tb["tp_comm_s"] + ts["fsdp_s"])
+    assert tb["step_s"] == pytest.approx(tb["compute_s"] + tb["tp_comm_s"] + max(0.0, tb["fsdp_s"] - tb["compute_s"]))
+    extra = plan.memory(args, stage, 4, 4096)["total_bytes"] - plan.memory(args, block, 4, 4096)["total_bytes"]
+    assert extra == pytest.approx(wrapper * plan.stage_params(args, 4, 1))
+    assert plan.train_command("7B", stage, 4, 4096).endswith("--compile.enable --boost.fsdp_blocks_per_unit 32")
+    assert "fsdp_blocks_per_unit" not in plan.train_command("7B", block, 4, 4096)
+    units = {(lay.tp, lay.dp, lay.units) for lay in plan.layouts(args, 8) if lay.strategy == "btp" and lay.pp == 1}
+    assert (4, 2, "stage") in units and (8, 1, "block") in units and (8, 1, "stage") not in units
+
+
+def test_host_floor_per_fsdp_unit_kind():
+    from boost_titan.planner.costs import measured_constants
+
+    per_block = measured_constants()["host_per_block_s"]
+    for units, key in [("block", "fsdp"), ("stage", "fsdp_one_unit")]:
+        layout = plan.Layout("btp", 4, 1, 2, "none", units=units)
+        assert plan.host_seconds(FLAVORS["7B"], layout) == pytest.approx(32 * per_block[key])
+    assert plan.host_seconds(FLAVORS["7B"], plan.Layout("btp", 4, 1, 1, "none", units="stage")) == \
+        pytest.approx(32 * per_block["one_rank"])  # no FSDP across ranks: the 1-rank wrapper's floor

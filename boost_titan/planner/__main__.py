@@ -11,7 +11,7 @@ import argparse
 from boost_titan.planner import predict
 from boost_titan.planner.table import format_table
 
-COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu",
+COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu",
            "tokens_per_s_gpu_no_overlap", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
 
 
@@ -53,7 +53,8 @@ def run(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[list[dict], 
     rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     print(format_table([r for r in rounded if r["fits"]][:a.top], COLUMNS), end="")
     if fitting:
-        best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")))
+        units = fitting[0]["units"] if fitting[0]["units"] != "-" else "block"
+        best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")), units)
         print(f"run the first one (add a config file and the job's other settings):\n  "
               f"{predict.train_command(a.flavor, best, fitting[0]['batch'], a.seq, a.microbatch, a.nodes)}")
         if a.nodes > 1:

@@ -27,7 +27,9 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Communication** (``boost_titan.planner.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, exposed except what the weight-gradient GEMMs in
   flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic overlapped with compute
-  (only the excess is exposed); 1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` =
+  (only the excess is exposed) with FSDP units of one block, all of it exposed with one unit per stage
+  (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); 1F1B pipelines take ``m + p − 1``
+  slots of one microbatch (``m`` =
   batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
@@ -38,7 +40,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
 * **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
   AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
   1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
-  ``one_rank_wrapper_bytes_per_param``); activations per token and layer ``(A_sh / tp + A_rep) · d``
+  ``one_rank_wrapper_bytes_per_param``; FSDP with one unit per stage holds as much); activations per
+  token and layer ``(A_sh / tp + A_rep) · d``
   bytes, with (A_sh, A_rep) the strategy's ``PLANNER.activation_d``, fitted to the peaks measured on one
   H200 (tp > 1: emulated; below), times the stage's
   layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``budget`` keeps 0.71
@@ -97,6 +100,7 @@ class Layout:
     dp: int  # data-parallel ranks in all (FSDP: dp shards; HSDP: dp / rep shards, each replicated rep times)
     ac: str
     rep: int = 1  # HSDP: replicas (torchtitan's data_parallel_replicate_degree), sharded inside a node
+    units: str = "block"  # FSDP across ranks: one unit per block ("block") or the whole stage ("stage")
 
     @property
     def shard(self) -> int:
@@ -123,7 +127,10 @@ def layouts(args: TransformerArgs, gpus: int, max_tp: int = 8, gpus_per_node: in
                 shard = (gpus_per_node or gpus) // tp
                 reps = [1] + ([dp // shard] if pp == 1 and shard > 1 and dp > shard and dp % shard == 0 else [])
                 for ac in ("none", "budget", "lowrank", "full") if lowrank else ("none", "budget", "full"):
-                    out += [Layout(strategy, tp, pp, dp, ac, rep) for rep in reps]
+                    for rep in reps:
+                        # FSDP across ranks: per-block units, or one unit (fewer host hooks, nothing overlapped)
+                        units = ("block", "stage") if dp // rep > 1 else ("block",)
+                        out += [Layout(strategy, tp, pp, dp, ac, rep, u) for u in units]
     return out
 
 
@@ -151,7 +158,9 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     params = stage_params(args, layout.tp, layout.pp)
     # dp = 1 under TP or PP: the 1-rank FSDP2 wrapper (mixed precision, one_rank_wrapper_bytes_per_param); one GPU
     # alone uses torchtitan's autocast, which keeps no copies
-    wrapped = layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)
+    # FSDP with one unit per stage holds the stage's whole bf16 weights and gradients the same way (7B tp 4 x
+    # FSDP 2: +7.6 GiB over per-block units, 12 B per parameter, 7b_tp4_fsdp_units_emulated_h200.md)
+    wrapped = (layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)) or (layout.units == "stage" and layout.shard > 1)
     wrapper_bytes = measured_constants()["one_rank_wrapper_bytes_per_param"]["value"]
     states = 16 * params / layout.shard + (wrapper_bytes * params if wrapped else 0)
     microbatch = microbatch_of(layout, batch, microbatch)
@@ -178,6 +187,8 @@ def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch:
              *(["--parallelism.data_parallel_replicate_degree", str(layout.rep)] if layout.rep > 1 else []),
              "--training.local_batch_size", str(batch), "--training.seq_len", str(seq), "--compile.enable",
              *AC_FLAGS[layout.ac]]
+    if layout.units == "stage" and layout.shard > 1:
+        flags += ["--boost.fsdp_blocks_per_unit", str(FLAVORS[flavor].n_layers // layout.pp)]
     if layout.pp > 1:
         flags += ["--parallelism.pipeline_parallel_microbatch_size", str(microbatch_of(layout, batch, microbatch))]
     gpus = layout.tp * layout.pp * layout.dp
@@ -223,8 +234,9 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     calls = list(_layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq))
     compute = m * mb_compute
     host = host_seconds(args, layout, m)
+    one_unit = layout.units == "stage"
     fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.shard, dp_link,
-                                   groups=args.n_layers // layout.pp + 2)
+                                   groups=1 if one_unit else args.n_layers // layout.pp + 2)
     if layout.rep > 1:  # HSDP: the reduce-scattered fp32 gradient shard all-reduced across the replicas
         fsdp += comm_model.collective_seconds("all_reduce", 4 * stage_params(args, layout.tp, layout.pp)
                                               / layout.shard, layout.rep, rep_link)
@@ -240,7 +252,9 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             step = m * (mb_compute + mb_comm)
         # no faster than the host can issue the step: the larger of GPU and host time, plus the exposed collectives
         step = max(step, host + m * mb_comm)
-        return step + max(0.0, fsdp - compute), m * mb_comm
+        # per-block units overlap FSDP's traffic with compute (the excess is exposed); one unit gathers
+        # everything before forward and reduce-scatters after backward: all of it is exposed
+        return step + (fsdp if one_unit else max(0.0, fsdp - compute)), m * mb_comm
 
     step, tp_comm = step_with(comm_model.OVERLAP_GEMM_FLOPS)
     step_no_overlap, tp_comm_no_overlap = step_with(0.0)
@@ -253,10 +267,13 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
 def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> float:
     """The host's least time per step (Python, hooks, dispatch, launches): the measured host time per
     block and forward + backward pass (``measured_h200.json`` ``host_per_block_s``: under FSDP across
-    ranks, or under the 1-rank mixed-precision wrapper / one GPU), times the rank's blocks and the
-    passes (pipeline microbatches)."""
+    ranks with per-block units or one unit, or under the 1-rank mixed-precision wrapper / one GPU), times
+    the rank's blocks and the passes (pipeline microbatches)."""
     entry = measured_constants()["host_per_block_s"]
-    per_block = entry["fsdp"] if layout.shard > 1 else entry["one_rank"]
+    if layout.shard == 1:
+        per_block = entry["one_rank"]
+    else:
+        per_block = entry["fsdp_one_unit"] if layout.units == "stage" else entry["fsdp"]
     return per_block * (args.n_layers // layout.pp) * passes
 
 
@@ -282,7 +299,8 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
         mem = memory(args, layout, local, seq, microbatch)
         t = step_time(args, layout, local, seq, microbatch=microbatch, cluster=cluster)
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
-                     "ac": layout.ac, "rep": layout.rep, "batch": local, "mem_gib": mem["total_bytes"] / GiB,
+                     "ac": layout.ac, "rep": layout.rep, "units": layout.units if layout.shard > 1 else "-",
+                     "batch": local, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, "step_s": t["step_s"],
                      "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
                      "tokens_per_s_gpu_no_overlap": local * seq * layout.dp / t["step_no_overlap_s"] / cluster.gpus,
