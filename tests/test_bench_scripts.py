@@ -153,7 +153,8 @@ def test_trace_host_charges_own_time_to_the_nearest_kind(tmp_path):
     # main thread: a compiled region (100 us) whose graph call (60) holds a launch (5), with 10 us of
     # guards; an eager op (30); the optimizer (50) with a fused kernel op (20). Autograd thread: a
     # compiled backward (80) whose graph call (70) runs inside it, then FSDP's post-backward (40) with
-    # a copy (15). The profiler step annotation (1000) and time outside any op count for nothing.
+    # a copy (15). The profiler step annotation (1000) and time outside any op count for nothing. The
+    # backward graph call replays one CUDA graph and captures another (a runtime call within its time).
     main, grad = dict(ph="X", pid=1, tid=1), dict(ph="X", pid=1, tid=2)
     events = [{**main, "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 1000},
               {**main, "cat": "cpu_op", "name": "Torch-Compiled Region: 0/0", "ts": 10, "dur": 100},
@@ -167,6 +168,8 @@ def test_trace_host_charges_own_time_to_the_nearest_kind(tmp_path):
                "ts": 400, "dur": 90},
               {**grad, "cat": "cpu_op", "name": "CompiledFunctionBackward", "ts": 405, "dur": 80},
               {**grad, "cat": "user_annotation", "name": "## Call CompiledFxGraph def ##", "ts": 410, "dur": 70},
+              {**grad, "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 420, "dur": 5},
+              {**grad, "cat": "cuda_runtime", "name": "cudaGraphInstantiateWithFlags", "ts": 430, "dur": 10},
               {**grad, "cat": "user_annotation", "name": "FSDP::post_backward_reduce (layers.0)", "ts": 500, "dur": 40},
               {**grad, "cat": "cpu_op", "name": "aten::copy_", "ts": 510, "dur": 15}]
     trace = tmp_path / "rank0_trace.json"
@@ -179,7 +182,8 @@ def test_trace_host_charges_own_time_to_the_nearest_kind(tmp_path):
     assert rows["optimizer step"]["host_ms"] == pytest.approx(0.050)
     assert rows["other ops"]["host_ms"] == pytest.approx(0.040)  # aten::add + the engine's own 10 us
     total = next(r for k, r in rows.items() if k.startswith("ALL"))
-    assert total["host_ms"] == pytest.approx(0.310) and "1 kernel launch calls: 0.0 ms" in total["kind"]
+    assert total["host_ms"] == pytest.approx(0.310)
+    assert "2 launch calls: 0.0 ms, 1 CUDA graph replays, 1 captures" in total["kind"]
 
 
 def test_write_results_sections_with_notes(tmp_path):

@@ -427,7 +427,9 @@ def trace_host(trace_path: str | Path) -> list[dict]:
     charged to the nearest kind among itself and its ancestors, or to "other ops". Time a thread spends
     outside any op (Python between ops, waiting for another thread) is not counted; the CUDA runtime
     calls inside an op (launches) count for that op. Rows: kind, host ms, events of that kind, share;
-    then the total and the number of kernel launches (CUDA runtime/driver launch calls) with their ms.
+    then the total with the number of launch calls (CUDA runtime/driver: kernels and CUDA graph
+    replays) and their ms, and how many of them replay a CUDA graph and how many graphs were captured
+    (instantiated) inside the traced step: ``[boost] cudagraphs`` should replay, not capture, once warm.
     """
     events = json.loads(Path(trace_path).read_text())
     events = events.get("traceEvents", []) if isinstance(events, dict) else events
@@ -436,7 +438,7 @@ def trace_host(trace_path: str | Path) -> list[dict]:
         if e.get("ph") == "X" and e.get("cat") in _HOST_CATS and not e["name"].startswith("ProfilerStep"):
             threads[(e.get("pid"), e.get("tid"))].append(e)
     own, count = defaultdict(float), defaultdict(int)
-    launches, launch_us = 0, 0.0
+    launches, launch_us, graph_replays, graph_captures = 0, 0.0, 0, 0
     for evs in threads.values():
         evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
         stack = []  # (event, kind, children's time)
@@ -447,15 +449,19 @@ def trace_host(trace_path: str | Path) -> list[dict]:
             if kind is not None and not any(k == kind for _, k, _ in stack):
                 count[kind] += 1
             stack.append([e, kind or (stack[-1][1] if stack else None), 0.0])
-            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "aunch" in e["name"]:
-                launches, launch_us = launches + 1, launch_us + e.get("dur", 0)
+            if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+                if "aunch" in e["name"]:
+                    launches, launch_us = launches + 1, launch_us + e.get("dur", 0)
+                    graph_replays += "GraphLaunch" in e["name"]
+                graph_captures += "GraphInstantiate" in e["name"]
         while stack:
             _close_host_event(stack, own)
     total = sum(own.values())
     order = [k for k, _ in HOST_KINDS] + [_UNKINDED]
     rows = [{"kind": k, "host_ms": own[k] / 1e3, "events": count.get(k, 0), "share_pct": 100 * own[k] / total}
             for k in order if own.get(k)]
-    return rows + [{"kind": f"ALL (of which {launches} kernel launch calls: {launch_us / 1e3:.1f} ms)",
+    graphs = f", {graph_replays} CUDA graph replays, {graph_captures} captures" if graph_replays or graph_captures else ""
+    return rows + [{"kind": f"ALL (of which {launches} launch calls: {launch_us / 1e3:.1f} ms{graphs})",
                     "host_ms": total / 1e3, "events": sum(count.values()), "share_pct": 100.0 if total else 0.0}]
 
 
