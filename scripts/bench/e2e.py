@@ -245,7 +245,8 @@ def main() -> None:
                         "SDPA (default backend choice) for both families unless the variant says `+flash` "
                         "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8` / `+fp8tw`: "
                         "torchao float8 rowwise / tensorwise GEMMs in every projection (MFU still against the bf16 peak); "
-                        "`+cg`: `[boost] cudagraphs` (compiled blocks replayed as CUDA graphs); `+bN`: local batch N; "
+                        "`+cg`: `[boost] cudagraphs` (compiled blocks replayed as CUDA graphs; their first steps "
+                        "re-record: time them after --skip 10); `+bN`: local batch N; "
                         "`+mbNN`: torchtitan's `memory_budget` activation checkpointing at NN %.")
     if profiles:
         print_table(profiles)
