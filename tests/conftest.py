@@ -1,11 +1,13 @@
 """Shared test helpers (pytest loads this file first; test modules import from it as ``conftest``):
 the repository root, the tiny model shapes, running a function on N gloo ranks (CPU), a free port,
-and the fp32-vs-fp64 reassociation bound."""
+a run of ``scripts/run_train.sh`` with its per-step losses, and the fp32-vs-fp64 reassociation bound."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -21,6 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subpr
 # The model of the in-process tests: divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠
 # mlp_rank so a mix-up shows. (The runs of torchtitan's loop use the "tiny" flavor, TINY_RUN below.)
 TINY = TransformerArgs(dim=64, n_layers=2, n_heads=8, ffn_dim=96, vocab_size=128, attn_rank=16, mlp_rank=24)
+
+
+def run_train(args: list[str], ngpu: int, timeout: int = 600, **env: str) -> tuple[int, str, dict[int, float]]:
+    """``scripts/run_train.sh`` with these overrides on ``ngpu`` ranks (more environment in ``env``):
+    its return code, its log (stdout + stderr) and the loss of each logged step."""
+    proc = subprocess.run(["./scripts/run_train.sh", *args], cwd=ROOT, env={**os.environ, "NGPU": str(ngpu), **env},
+                          capture_output=True, text=True, timeout=timeout)
+    log = proc.stdout + proc.stderr
+    losses = {int(s): float(v) for s, v in re.findall(r"step:\s*(\d+)\s+loss:\s*(\S+)", log)}
+    return proc.returncode, log, losses
 
 
 def free_port() -> int:

@@ -1,8 +1,5 @@
 """``llama3_peer``: torchtitan's llama3 at our dense twins' shapes, through the same loop."""
 
-import os
-import re
-import subprocess
 
 import pytest
 import torch
@@ -10,7 +7,7 @@ import torch
 from boost_titan.models import FLAVORS, Transformer
 from torchtitan_ext.peers import PEER_FLAVORS
 
-from conftest import ROOT
+from conftest import ROOT, run_train
 
 
 @pytest.mark.parametrize("flavor", list(PEER_FLAVORS))
@@ -42,9 +39,6 @@ def test_peer_trains_through_the_loop():
             "--boost.tokenizer", "none", "--boost.synthetic_vocab_size", "512", "--training.seq_len", "64",
             "--training.local_batch_size", "2", "--training.steps", "3", "--metrics.log_freq", "1",
             "--job.dump_folder", str(ROOT / "outputs" / "test_peer")]
-    proc = subprocess.run(["./scripts/run_train.sh", *args], cwd=ROOT, env={**os.environ, "NGPU": "2"},
-                          capture_output=True, text=True, timeout=300)
-    log = proc.stdout + proc.stderr
-    losses = [float(x) for x in re.findall(r"step:\s*\d+\s+loss:\s*([\d.]+)", log)]
-    assert proc.returncode == 0 and len(losses) == 3, log[-3000:]
-    assert all(0 < x < 20 for x in losses), losses
+    code, log, losses = run_train(args, ngpu=2, timeout=300)
+    assert code == 0 and sorted(losses) == [1, 2, 3], log[-3000:]
+    assert all(0 < x < 20 for x in losses.values()), losses
