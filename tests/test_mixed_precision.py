@@ -55,10 +55,13 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
 
     qkv.register_forward_hook(record)
     tokens = torch.randint(0, TINY.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
-    logits = model(tokens)
-    with loss_parallel() if isinstance(logits, DTensor) else torch.enable_grad():
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
-        loss.backward()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        logits = model(tokens)
+        with loss_parallel() if isinstance(logits, DTensor) else torch.enable_grad():
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+            loss.backward()
+    # FSDP2 names each unit's all-gather (and its copy-out, not counted) in profiler annotations
+    all_gathers = sum(e.name.startswith("FSDP::all_gather") and "copy" not in e.name for e in prof.events())
     params = list(model.parameters())
     grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in params]  # a collective: all ranks
     if rank == 0:
@@ -66,7 +69,7 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
                    param_dtypes=sorted({str(p.dtype) for p in params}),
                    grad_dtypes=sorted({str(p.grad.dtype) for p in params}),
                    fsdp_groups=sum(isinstance(m, FSDPModule) for m in model.modules()),
-                   grads=grads)
+                   all_gathers=all_gathers, grads=grads)
 
 
 def _run(rank, world_size, layout, path):
@@ -141,11 +144,17 @@ def _units(rank, world_size, path):
 
 def test_fsdp_units_of_several_blocks_change_the_wrapping_not_the_numbers(tmp_path):
     """tp 2 × FSDP 2: ``[boost] fsdp_blocks_per_unit = 2`` (TINY has two blocks: the whole model in one
-    unit, the root's) gives the per-block wrapping's bf16 loss and fp32 gradients exactly; 0 fails."""
+    unit, the root's) gives the per-block wrapping's bf16 loss and fp32 gradients exactly; 0 fails.
+    The one unit is all-gathered once per step: the root is not resharded after forward, since backward
+    starts with it (a second all-gather of the whole stage would follow at once)."""
     run_distributed(_units, 4, str(tmp_path / "r.pt"))
     res = torch.load(tmp_path / "r.pt")
     per_block, grouped = res[1], res[2]
     assert (per_block["fsdp_groups"], grouped["fsdp_groups"]) == (6, 1)  # emb, 2 blocks, norm, head, root / root
+    assert grouped["all_gathers"] == 1, grouped["all_gathers"]
+    # per block: the embedding, both blocks and norm+head in forward; backward gathers again the units
+    # that were resharded (the blocks and the embedding; norm+head is kept, as torchtitan does)
+    assert per_block["all_gathers"] == 4 + 3, per_block["all_gathers"]
     assert per_block["loss"] == grouped["loss"]
     for a, b in zip(per_block["grads"], grouped["grads"]):
         assert torch.equal(a, b)

@@ -194,7 +194,7 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
             bounds = [round(i * len(blocks) / groups) for i in range(groups + 1)]
             for start, end in zip(bounds, bounds[1:]):
                 fully_shard(blocks[start:end], **config, reshard_after_forward=reshard)
-        fully_shard(model, **config, reshard_after_forward=reshard)
+        _shard_root(model, config)
     gloo = dp_mesh.device_type == "cpu"
     for module in model.modules():
         if isinstance(module, FSDPModule):
@@ -214,4 +214,13 @@ def _wrap_per_block(model, config: dict, reshard: bool, reshard_head: bool) -> N
     # gradients at the end of backward, so the head stays in it.
     if model.norm is not None and model.output is not None and not tied and not model.defer_lm_head:
         fully_shard([model.norm, model.output], **config, reshard_after_forward=reshard_head)
-    fully_shard(model, **config)
+    _shard_root(model, config)
+
+
+def _shard_root(model, config: dict) -> None:
+    """The root's group is not resharded after forward, whatever the policy: backward starts with it
+    (the head, and with one unit every block), so resharding would only all-gather it again at once.
+    FSDP2 does so by itself when ``reshard_after_forward`` is left unset; it is explicit here because an
+    explicit value turns that off, and the one-unit layout used to pass one: a second all-gather of
+    the whole stage per step (its host work and, on a real mesh, its traffic)."""
+    fully_shard(model, **config, reshard_after_forward=False)
