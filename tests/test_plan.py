@@ -279,8 +279,8 @@ def test_no_layout_is_predicted_faster_than_its_host(monkeypatch):
 
 def test_one_fsdp_unit_per_stage(no_host_floor):
     """``units="stage"`` (``[boost] fsdp_blocks_per_unit`` = the stage's blocks): the host floor measured
-    for one unit, all of FSDP's traffic exposed (one unit gathers before forward and reduce-scatters after
-    backward: nothing overlaps it; per-block units expose only what exceeds compute), the whole stage's
+    for one unit, all of FSDP's traffic exposed (one unit gathers once, before forward, and reduce-scatters
+    after backward: nothing overlaps it; per-block units expose only what exceeds compute), the whole stage's
     bf16 weights and gradients held, and the run command that asks for it. Layouts without FSDP across
     ranks have no such variant."""
     from boost_titan.planner.costs import measured_constants
@@ -289,6 +289,10 @@ def test_one_fsdp_unit_per_stage(no_host_floor):
     block, stage = plan.Layout("btp", 4, 1, 2, "none"), plan.Layout("btp", 4, 1, 2, "none", units="stage")
     tb, ts = plan.step_time(args, block, 4, 4096), plan.step_time(args, stage, 4, 4096)
     assert ts["fsdp_s"] > 0 and ts["compute_s"] == tb["compute_s"]
+    # one unit (the root's group) is all-gathered once: forward only; per-block units again in backward
+    params = plan.stage_params(args, 4, 1)
+    assert ts["fsdp_s"] == pytest.approx(comm_model.fsdp_seconds(params, 2, groups=1, regather_in_backward=False))
+    assert tb["fsdp_s"] == pytest.approx(comm_model.fsdp_seconds(params, 2, groups=34))
     assert ts["step_s"] == pytest.approx(tb["compute_s"] + tb["tp_comm_s"] + ts["fsdp_s"])
     assert tb["step_s"] == pytest.approx(tb["compute_s"] + tb["tp_comm_s"] + max(0.0, tb["fsdp_s"] - tb["compute_s"]))
     extra = plan.memory(args, stage, 4, 4096)["total_bytes"] - plan.memory(args, block, 4, 4096)["total_bytes"]

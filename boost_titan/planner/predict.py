@@ -235,8 +235,10 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     compute = m * mb_compute
     host = host_seconds(args, layout, m)
     one_unit = layout.units == "stage"
+    # one unit is the root's group, which FSDP keeps unsharded from forward into backward: one all-gather
     fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.shard, dp_link,
-                                   groups=1 if one_unit else args.n_layers // layout.pp + 2)
+                                   groups=1 if one_unit else args.n_layers // layout.pp + 2,
+                                   regather_in_backward=not one_unit)
     if layout.rep > 1:  # HSDP: the reduce-scattered fp32 gradient shard all-reduced across the replicas
         fsdp += comm_model.collective_seconds("all_reduce", 4 * stage_params(args, layout.tp, layout.pp)
                                               / layout.shard, layout.rep, rep_link)
