@@ -370,8 +370,6 @@ def test_e2e_variant_names_compose():
     assert config.endswith("cola_1b_h200.toml")
     assert extra == ["--compile.enable", "--boost.attention", "flash", "--boost.float8", "tensorwise",
                      "--training.local_batch_size", "12"]
-    _, extra = variant("cola_1b_compile+cg+r8")
-    assert extra == ["--compile.enable", "--boost.cudagraphs", "--boost.compile_blocks_per_region", "8"]
     _, extra = variant("fullrank_1b_compile+mb90")
     assert extra == ["--compile.enable", "--activation_checkpoint.mode", "memory_budget",
                      "--activation_checkpoint.memory_budget", "0.9"]

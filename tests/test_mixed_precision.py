@@ -63,16 +63,13 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
     # FSDP2 names each unit's all-gather (and its copy-out, not counted) in profiler annotations
     all_gathers = sum(e.name.startswith("FSDP::all_gather") and "copy" not in e.name for e in prof.events())
     params = list(model.parameters())
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict  # checkpoints' names (FQNs)
-
     grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in params]  # a collective: all ranks
     if rank == 0:
         out.update(qkv_out=str(seen["qkv_out"]), logits=str(logits.dtype), loss=loss.item(),
                    param_dtypes=sorted({str(p.dtype) for p in params}),
                    grad_dtypes=sorted({str(p.grad.dtype) for p in params}),
                    fsdp_groups=sum(isinstance(m, FSDPModule) for m in model.modules()),
-                   all_gathers=all_gathers, grads=grads, names=list(get_model_state_dict(model)),
-                   layers=[type(m).__name__ for m in model.layers.values()])
+                   all_gathers=all_gathers, grads=grads)
 
 
 def _run(rank, world_size, layout, path):
@@ -246,38 +243,3 @@ def test_batched_cast_is_one_foreach_copy_and_exact(tmp_path):
     assert stock["losses"] == batched["losses"]
     for a, b in zip(stock["params"], batched["params"], strict=True):
         assert torch.equal(a, b)
-
-
-def _regions(rank, world_size, path):
-    results = {}
-    one_unit = ("--boost.fsdp_blocks_per_unit", "2")
-    compiled = ("--compile.enable", "--compile.backend", "aot_eager")  # the regions' logic, not inductor's
-    runs = {"eager": one_unit, "blocks": (*one_unit, *compiled),
-            "regions": (*one_unit, *compiled, "--boost.compile_blocks_per_region", "2")}
-    for name, overrides in runs.items():
-        results[name] = {}
-        _forward_dtypes(rank, world_size, {"tp": 2, "dp_shard": 2}, "float32", results[name], *overrides)
-    try:  # per-block FSDP units would hook the blocks inside a region
-        _forward_dtypes(rank, world_size, {"tp": 2, "dp_shard": 2}, "float32", {}, *compiled,
-                        "--boost.compile_blocks_per_region", "2")
-    except ValueError as e:
-        results["error"] = str(e)
-    torch.distributed.barrier()  # as in _groups: no rank leaves while another still builds
-    if rank == 0:
-        torch.save(results, path)
-
-
-def test_compiled_regions_of_several_blocks_change_the_calls_not_the_numbers(tmp_path):
-    """tp 2 × FSDP 2 (one unit), fp32: ``[boost] compile_blocks_per_region = 2`` (TINY's two blocks traced as
-    one region) gives the eager model's loss and gradients as per-block compilation does, and keeps the
-    plain model's parameter names; with per-block FSDP units it fails before compiling."""
-    run_distributed(_regions, 4, str(tmp_path / "r.pt"))
-    res = torch.load(tmp_path / "r.pt")
-    eager, blocks, regions = res["eager"], res["blocks"], res["regions"]
-    assert regions["layers"] == ["BlockRegion", "RanInRegion"] and blocks["layers"] == ["OptimizedModule"] * 2
-    assert regions["names"] == eager["names"] and "layers.1.attention.qkv.norm.weight" in regions["names"]
-    for run in (blocks, regions):
-        assert run["loss"] == pytest.approx(eager["loss"], rel=1e-6)
-        for name, a, b in zip(eager["names"], eager["grads"], run["grads"]):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
-    assert "fsdp_blocks_per_unit >= 2" in res["error"], res["error"]

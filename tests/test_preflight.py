@@ -11,10 +11,6 @@ BASE = ["--job.config_file", "train_configs/debug_cpu.toml"]
 def test_the_shipped_configs_pass():
     assert problems(BASE, 2) == []
     assert problems(["--job.config_file", "train_configs/cola_1b_h200.toml"], 1) == []
-    regions = ["--compile.enable", "--boost.compile_blocks_per_region", "2"]
-    assert problems(BASE + regions, 2) == []
-    assert problems(BASE + regions + ["--parallelism.data_parallel_shard_degree", "2",
-                                      "--boost.fsdp_blocks_per_unit", "4"], 4) == []
 
 
 @pytest.mark.parametrize("overrides, world, expected", [
@@ -38,15 +34,6 @@ def test_the_shipped_configs_pass():
     (["--boost.cudagraphs"], 2, "cudagraphs=true replays the compiled blocks as CUDA graphs: set compile.enable = true"),
     (["--boost.cudagraphs", "--compile.enable", "--compile.backend", "aot_eager"], 2,
      "cudagraphs=true needs compile.backend = 'inductor', got 'aot_eager'"),
-    (["--boost.compile_blocks_per_region", "0"], 2, "[boost] compile_blocks_per_region=0 must be at least 1"),
-    (["--boost.compile_blocks_per_region", "2"], 2,
-     "compile_blocks_per_region=2 compiles runs of blocks: set compile.enable = true"),
-    (["--boost.compile_blocks_per_region", "2", "--compile.enable", "--activation_checkpoint.mode", "full"], 2,
-     "compile_blocks_per_region=2 needs blocks without activation checkpointing (got activation_checkpoint.mode='full'"),
-    (["--boost.compile_blocks_per_region", "2", "--compile.enable", "--parallelism.data_parallel_shard_degree", "2"], 4,
-     "needs FSDP as one unit per stage (per-unit hooks would fall inside a region): set [boost] fsdp_blocks_per_unit >= 4"),
-    (["--boost.compile_blocks_per_region", "2", "--compile.enable", "--training.mixed_precision_param", "bfloat16",
-      "--boost.one_rank_fsdp_groups", "2"], 2, "compile_blocks_per_region=2 needs [boost] one_rank_fsdp_groups = 1 (got 2)"),
     pytest.param(["--boost.cudagraphs", "--compile.enable"], 2,
                  "cudagraphs=true needs a CUDA device; this run computes on cpu",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")),

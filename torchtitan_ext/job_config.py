@@ -59,13 +59,6 @@ class Boost:
     block (torchtitan's wrapping); more: fewer units, so fewer FSDP hooks and collectives per step (less
     host time), each gathering more weights at once (more memory in flight)."""
 
-    compile_blocks_per_region: int = 1
-    """With compile: consecutive blocks traced as one compiled region. 1: one region per block (torchtitan's
-    per-block compile); more: fewer compiled calls per step, so less fixed host cost per call (guards,
-    AOTAutograd wrappers, CUDA-graph replays), for a longer first compile. Needs blocks that nothing
-    hooks individually: FSDP across ranks as one unit per stage (``fsdp_blocks_per_unit`` >= the
-    stage's blocks) or ``one_rank_fsdp_groups = 1``, and no activation checkpointing."""
-
     cudagraphs: bool = False
     """Replay each compiled block's forward and backward as a CUDA graph (torch.compile's cudagraph trees,
     ``mode="reduce-overhead"``): one launch per block instead of one per kernel, so small micro-batches

@@ -51,10 +51,6 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     if problem := cudagraphs_problem(boost, job_config.compile, device):
         raise ValueError(problem)
-    one_rank_wrapper = (not parallel_dims.fsdp_enabled and (parallel_dims.tp_enabled or parallel_dims.pp_enabled)
-                        and job_config.training.mixed_precision_param != "float32")
-    if problem := regions_problem(boost, job_config, parallel_dims.fsdp_enabled, one_rank_wrapper, len(model.layers)):
-        raise ValueError(problem)
     ac_mode = job_config.activation_checkpoint.mode
     if boost.lowrank_checkpoint:
         if ac_mode != "none":
@@ -75,12 +71,8 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         logger.info("Compiling each TransformerBlock with torch.compile (on the local shards of its tp parameters)"
                     + _CUDAGRAPHS_NOTE * boost.cudagraphs)
     elif compile_model:
-        per_region = boost.compile_blocks_per_region
-        compile_blocks(model, backend=job_config.compile.backend, cudagraphs=boost.cudagraphs,
-                       blocks_per_region=per_region)
-        logger.info(("Compiling each TransformerBlock" if per_region == 1 else
-                     f"Compiling runs of {per_region} consecutive TransformerBlocks as one region each")
-                    + " with torch.compile" + _CUDAGRAPHS_NOTE * boost.cudagraphs)
+        compile_blocks(model, backend=job_config.compile.backend, cudagraphs=boost.cudagraphs)
+        logger.info("Compiling each TransformerBlock with torch.compile" + _CUDAGRAPHS_NOTE * boost.cudagraphs)
 
     fsdp = dict(param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
                 reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
@@ -138,30 +130,6 @@ def cudagraphs_problem(boost, compile_config, device: torch.device) -> str | Non
         return f"[boost] cudagraphs=true needs compile.backend = 'inductor', got {compile_config.backend!r}"
     if device.type != "cuda":
         return f"[boost] cudagraphs=true needs a CUDA device; this run computes on {device.type}"
-    return None
-
-
-def regions_problem(boost, job_config, fsdp_across_ranks: bool, one_rank_wrapper: bool, stage_blocks: int) -> str | None:
-    """Why ``[boost] compile_blocks_per_region`` cannot apply (a region calls its later blocks inside one
-    graph, so nothing may hook those calls); None: fine."""
-    per_region = boost.compile_blocks_per_region
-    name = f"[boost] compile_blocks_per_region={per_region}"
-    if per_region < 1:
-        return f"{name} must be at least 1"
-    if per_region == 1:
-        return None
-    compile_config, ac_mode = job_config.compile, job_config.activation_checkpoint.mode
-    if not (compile_config.enable and "model" in compile_config.components):
-        return f"{name} compiles runs of blocks: set compile.enable = true with 'model' in compile.components"
-    if ac_mode != "none" or boost.lowrank_checkpoint:
-        return (f"{name} needs blocks without activation checkpointing (got activation_checkpoint.mode={ac_mode!r}, "
-                f"[boost] lowrank_checkpoint={boost.lowrank_checkpoint}): set it to 1")
-    if fsdp_across_ranks and boost.fsdp_blocks_per_unit < stage_blocks:
-        return (f"{name} needs FSDP as one unit per stage (per-unit hooks would fall inside a region): set "
-                f"[boost] fsdp_blocks_per_unit >= {stage_blocks}, the stage's blocks (got {boost.fsdp_blocks_per_unit})")
-    if one_rank_wrapper and boost.one_rank_fsdp_groups != 1:
-        return (f"{name} needs [boost] one_rank_fsdp_groups = 1 (got {boost.one_rank_fsdp_groups}): the groups' "
-                "hooks would fall inside a region")
     return None
 
 

@@ -52,15 +52,11 @@ def problems(argv: list[str], world_size: int, nodes: int = 1, node_rank: str = 
         out.append(f"training.seq_len={training.seq_len} must be divisible by {tp * 2 * cp} (tp · 2 · cp)")
     import torch
 
-    from torchtitan_ext.parallelize import cudagraphs_problem, kernel_problems, regions_problem
+    from torchtitan_ext.parallelize import cudagraphs_problem, kernel_problems
 
     out += kernel_problems(job.boost, args, tp, pp)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the ranks' device (run_train.sh)
     out += [p for p in [cudagraphs_problem(job.boost, job.compile, device)] if p]
-    dp_shard = shard if shard != -1 else world_size // max(1, tp * pp * cp * rep)
-    one_rank_wrapper = dp_shard == 1 and (tp > 1 or pp > 1) and training.mixed_precision_param != "float32"
-    out += [p for p in [regions_problem(job.boost, job, dp_shard > 1, one_rank_wrapper, args.n_layers // max(1, pp))]
-            if p]
     ac = job.activation_checkpoint
     if job.boost.lowrank_checkpoint and ac.mode != "none":
         out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="

@@ -66,64 +66,12 @@ def compile_options(cudagraphs: bool) -> dict | None:
     return {"triton.cudagraphs": True} if cudagraphs else None
 
 
-def compile_blocks(model: nn.Module, backend="inductor", cudagraphs: bool = False, blocks_per_region: int = 1) -> None:
+def compile_blocks(model: nn.Module, backend="inductor", cudagraphs: bool = False) -> None:
     """torchtitan's ``apply_compile``: ``torch.compile`` of each block of ``model.layers`` (the blocks
-    repeat, so one graph serves them all), with :func:`compile_options`; ``blocks_per_region > 1``:
-    runs of that many consecutive blocks compiled as one region instead (:class:`BlockRegion`)."""
-    if blocks_per_region > 1:
-        compile_regions(model, blocks_per_region, backend, cudagraphs)
-        return
+    repeat, so one graph serves them all), with :func:`compile_options`."""
     for layer_id, block in model.layers.named_children():
         compiled = torch.compile(block, backend=backend, fullgraph=True, options=compile_options(cudagraphs))
         model.layers.register_module(layer_id, compiled)
-
-
-def _run_blocks(blocks: tuple[nn.Module, ...], h: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    for block in blocks:
-        h = block(h, rope)
-    return h
-
-
-class BlockRegion(ActivationWrapper):
-    """The first block of a run of consecutive blocks; its forward runs the whole run as one compiled
-    region (one graph for forward and one for backward, one CUDA-graph replay each with cudagraphs).
-
-    Why: every compiled call pays a fixed host cost (dynamo's guards, AOTAutograd's runtime wrappers,
-    a cudagraph tree's replay checks), once per block and pass with per-block compilation. The other
-    blocks of the run stay in their own ``model.layers`` slots, each wrapped in :class:`RanInRegion`,
-    so parameter names, state dicts and checkpoints are those of the plain model (the
-    ``_checkpoint_wrapped_module`` convention of :class:`ActivationWrapper`). Nothing may hook the
-    later blocks' own calls (FSDP units per block, activation checkpointing): the region calls them
-    inside the graph; ``torchtitan_ext.parallelize`` checks that before compiling.
-    """
-
-    def __init__(self, first: nn.Module, rest: list[nn.Module], compiled):
-        super().__init__(first)
-        self._rest = tuple(rest)  # not submodules: each is registered once, in its own slot
-        self._compiled = compiled
-
-    def forward(self, h: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return self._compiled((self._checkpoint_wrapped_module, *self._rest), h, rope)
-
-
-class RanInRegion(ActivationWrapper):
-    """A block that the :class:`BlockRegion` before it has already run: passes the stream through."""
-
-    def forward(self, h: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return h
-
-
-def compile_regions(model: nn.Module, blocks_per_region: int, backend="inductor", cudagraphs: bool = False) -> None:
-    """Compile runs of ``blocks_per_region`` consecutive blocks of ``model.layers`` as one region each
-    (the last run may be shorter: one more graph). All runs of the same length share one graph: the
-    blocks are arguments of one compiled function, not part of its code."""
-    compiled = torch.compile(_run_blocks, backend=backend, fullgraph=True, options=compile_options(cudagraphs))
-    slots = list(model.layers.named_children())
-    for start in range(0, len(slots), blocks_per_region):
-        (first_id, first), *rest = slots[start:start + blocks_per_region]
-        model.layers.register_module(first_id, BlockRegion(first, [block for _, block in rest], compiled))
-        for layer_id, block in rest:
-            model.layers.register_module(layer_id, RanInRegion(block))
 
 
 def compile_on_local_shards(model: nn.Module, backend="inductor", cudagraphs: bool = False) -> None:

@@ -55,9 +55,8 @@ BASES = {  # name: (config file, extra CLI overrides)
 
 
 def variant(name: str) -> tuple[str, list[str]]:
-    """``<base>[+<kernel>…][+b<N>][+r<N>][+mb<NN>]`` → (config file, CLI overrides); e.g. ``cola_1b_compile+flash+fp8+b8``:
-    a base from BASES, kernels from KERNELS, ``bN`` a local batch of N, ``rN`` runs of N blocks compiled as
-    one region (``[boost] compile_blocks_per_region``), ``mbNN`` torchtitan's
+    """``<base>[+<kernel>…][+b<N>][+mb<NN>]`` → (config file, CLI overrides); e.g. ``cola_1b_compile+flash+fp8+b8``:
+    a base from BASES, kernels from KERNELS, ``bN`` a local batch of N, ``mbNN`` torchtitan's
     ``memory_budget`` activation checkpointing at NN % (inductor recomputes the cheapest ops)."""
     base, *suffixes = name.split("+")
     if base not in BASES:
@@ -67,16 +66,13 @@ def variant(name: str) -> tuple[str, list[str]]:
     for suffix in suffixes:
         if re.fullmatch(r"b\d+", suffix):
             extra += ["--training.local_batch_size", suffix[1:]]
-        elif re.fullmatch(r"r\d+", suffix):  # runs of N blocks compiled as one region each
-            extra += ["--boost.compile_blocks_per_region", suffix[1:]]
         elif re.fullmatch(r"mb\d+", suffix):  # inductor recomputes in backward to fit this % of the activations
             extra += ["--activation_checkpoint.mode", "memory_budget",
                       "--activation_checkpoint.memory_budget", str(int(suffix[2:]) / 100)]
         elif suffix in KERNELS:
             extra += KERNELS[suffix]
         else:
-            raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, bN (batch N), rN "
-                             "(regions of N blocks) or mbNN "
+            raise SystemExit(f"unknown suffix {suffix!r} in {name!r}; kernels: {', '.join(KERNELS)}, bN (batch N) or mbNN "
                              "(activation memory budget NN %)")
     return config, extra
 
@@ -250,8 +246,7 @@ def main() -> None:
                         "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8` / `+fp8tw`: "
                         "torchao float8 rowwise / tensorwise GEMMs in every projection (MFU still against the bf16 peak); "
                         "`+cg`: `[boost] cudagraphs` (compiled blocks replayed as CUDA graphs; their first steps "
-                        "re-record: time them after --skip 10); `+bN`: local batch N; `+rN`: runs of N blocks compiled as one "
-                        "region (`[boost] compile_blocks_per_region`); "
+                        "re-record: time them after --skip 10); `+bN`: local batch N; "
                         "`+mbNN`: torchtitan's `memory_budget` activation checkpointing at NN %.")
     if profiles:
         print_table(profiles)
