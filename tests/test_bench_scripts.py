@@ -394,3 +394,26 @@ def test_elementwise_floor_counts_each_crossing_once():
     gm = make_fx(f, tracing_mode="fake")(torch.randn(8, 4), torch.randn(6, 4))
     relu_out, y, result = 8 * 4 * 4, 8 * 6 * 4, 8 * 6 * 4
     assert boundary_bytes(gm.graph) == {"written": relu_out + result, "read": 8 * 4 * 4 + y, "read_of_gemm_outputs": y}
+
+
+def test_host_proxy_traces_a_layouts_host_time_on_the_cpu(tmp_path):
+    """tp 2 × FSDP 2 on the fake backend, a 2-block stand-in of the 7B: the traced step's host table has one
+    AccumulateGrad per parameter of the rank's model and FSDP2's hooks, and the untraced steps are timed."""
+    import torch
+
+    from boost_titan.models import Transformer
+    from scripts.bench.host_proxy import stand_in
+
+    out = tmp_path / "hp"
+    subprocess.run([sys.executable, "-m", "scripts.bench.host_proxy", "--flavor", "7B", "--blocks", "2", "--ngpu", "4",
+                    "--variants", "cola_1b", "--steps", "6", "--skip", "1", "--out", str(out), "--extra",
+                    "--parallelism.tensor_parallel_degree 2 --parallelism.data_parallel_shard_degree 2"],
+                   check=True, cwd=Path(__file__).resolve().parents[1], capture_output=True, timeout=600)
+    res = json.loads(out.with_suffix(".json").read_text())
+    with torch.device("meta"):
+        params = len(list(Transformer(stand_in("7B", 128, blocks=2)).parameters()))  # the tied matrix once
+    host = {r["kind"].split(" (")[0]: r for r in res["sections"]["Host time of the traced step by kind"]}
+    assert host["gradient accumulation"]["events"] == params == 2 * 10 + 2
+    assert host["FSDP2 hooks, copy-in/out, collectives"]["host_ms"] > 0
+    (row,) = res["rows"]
+    assert row["steps_timed"] == 3 and row["step_ms"] > 0  # steps 2-4; 5 and 6 are the profiler's
