@@ -99,6 +99,13 @@ def _seconds(hms: str) -> int:
     return 3600 * h + 60 * m + s
 
 
+def emulate_env(ngpu: int, rank: int = 0) -> dict[str, str]:
+    """The environment of one process that plays ``rank`` of an ``ngpu``-rank layout on the fake backend
+    (``torchtitan_ext.emulate``), with the repository importable."""
+    return dict(os.environ, NGPU=str(ngpu), EMULATE_RANK=str(rank), LOCAL_RANK="0",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
 def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None) -> dict:
     """One ``scripts/run_train.sh`` run; returns its parsed per-step log (:func:`parse_log`).
 
@@ -106,14 +113,13 @@ def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emul
     communication backend (``torchtitan_ext.emulate``): its real kernels, no collective (the losses
     are then meaningless, often nan).
     """
-    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
     if emulate_rank is None:
         cmd = ["./scripts/run_train.sh", *overrides]
+        env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
     else:
         cmd = ["python3", "-m", "torchtitan_ext.emulate", "--job.config_file", config, *overrides,
                "--comm.mode", "fake_backend"]
-        env.update(EMULATE_RANK=str(emulate_rank), LOCAL_RANK="0",
-                   PYTHONPATH=f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT))
+        env = emulate_env(ngpu, emulate_rank)
     command = (f"NGPU={ngpu} CONFIG_FILE={config} " if emulate_rank is None else
                f"NGPU={ngpu} EMULATE_RANK={emulate_rank} LOCAL_RANK=0 ") + " ".join(cmd)
     t0 = time.time()

@@ -9,9 +9,10 @@ little and the step's time is mostly the host's. The last step is traced and its
 down by kind (``common.trace_host``, the table ``e2e --profile`` prints for GPU runs).
 
 What it is for: trying a host-side change (wrapping, hooks, optimizer, clipping) in minutes on a laptop
-before spending GPU time. Its kinds track a GPU run's (7B tp 4 × FSDP 2 one unit, b 1: FSDP2 18–26 ms
-here vs 24–34 ms traced on an H100 host; compiled-region wrappers 14–17 vs 17–26; AccumulateGrad 5–6
-vs 5–12, ``docs/results/7b_tp4_host_floor_repeats_emulated.md``), except where the CPU does real work:
+before spending GPU time. Its kinds track a GPU run's (7B tp 4 × FSDP 2 one unit, b 1: FSDP2 18.6 ms
+here, ``docs/results/host_proxy_7b_tp4_dp2_cpu.md``, vs 24–34 ms traced on an H100 host; compiled-region
+wrappers 14.0 vs 17–31; AccumulateGrad 5.6 vs 6–13, ``docs/results/7b_tp4_host_floor_repeats_emulated.md``),
+except where the CPU does real work:
 "compiled graphs" holds the CPU kernels' compute (on a GPU: launches or graph replays), and foreach
 ops run per tensor. CUDA graphs cannot be tried here.
 
@@ -23,7 +24,6 @@ ops run per tensor. CUDA graphs cannot be tried here.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from scripts.bench.common import env_info, print_table, trace_host, write_results
-from scripts.bench.e2e import ANSI, ROOT, variant
+from scripts.bench.e2e import ANSI, ROOT, emulate_env, variant
 
 STAND_IN = "host_proxy"  # the stand-in flavor's name, registered in the child process only
 STEP_TIME = re.compile(r"(\d\d):(\d\d):(\d\d)[,.](\d\d\d) .* step: +(\d+) ")
@@ -71,9 +71,7 @@ def run(name: str, flavor: str, dim: int, blocks: int | None, ngpu: int, steps: 
            "--training.local_batch_size", str(batch), "--job.dump_folder", str(dump),
            "--profiling.enable_profiling", "--profiling.profile_freq", str(steps), "--profiling.profiler_warmup", "1",
            "--profiling.profiler_active", "1", "--profiling.save_traces_folder", "traces", *extra]
-    env = dict(os.environ, NGPU=str(ngpu), EMULATE_RANK="0", LOCAL_RANK="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=emulate_env(ngpu), capture_output=True, text=True)
     log = ANSI.sub("", proc.stdout + proc.stderr)
     (out_dir / f"{dump.name}.log").write_text(log)
     times = step_seconds(log)
