@@ -66,6 +66,7 @@ class Spec:
     resume_step: int | None = 15  # ... its step-15, or None: its whole checkpoint folder (the latest wins)
     hf_import_from: str | None = None  # load the weights of this run's last (Hugging Face) save first
     nodes: int = 1  # > 1: that many run_train.sh launchers of ngpu ranks each, one c10d rendezvous (localhost)
+    train_file: str | None = None  # run_train.sh's TRAIN_FILE (default: torchtitan_ext.train)
 
     @property
     def source(self) -> str | None:
@@ -81,6 +82,9 @@ HF_SAVE = ("--checkpoint.enable", "--checkpoint.last_save_in_hf", "--checkpoint.
 HF_LOAD = ("--checkpoint.enable", "--checkpoint.initial_load_in_hf")
 FULLRANK = ("--boost.tp_strategy", "fullrank")
 
+SPECS_DP2_TP2 = tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2")
+ACCUM = tiny("--training.global_batch_size", "8", *TB)  # FSDP over 2 ranks, local batch 2: 2 microbatches
+
 SPECS: dict[str, Spec] = {
     "debugmodel": Spec(2, ("--training.steps", "10", "--training.seq_len", "64",
                            "--training.local_batch_size", "2"), cost=28),  # the main job: embedded text, btp tp 2
@@ -89,7 +93,7 @@ SPECS: dict[str, Spec] = {
     "tp2_sync": Spec(2, tiny(*TP2, "--boost.rmsnorm", "sync")),
     "tp2_ungrouped": Spec(2, tiny(*TP2, "--boost.no-grouped")),
     "dp2": Spec(2, tiny()),  # data_parallel_shard_degree = -1 → FSDP over both ranks
-    "dp2_tp2": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), cost=33),
+    "dp2_tp2": Spec(4, SPECS_DP2_TP2, cost=33),
     **{f"pp_{s}": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2",
                                "--parallelism.pipeline_parallel_schedule", s), log_rank=2, cost=27)
        for s in PP_STAGES},
@@ -148,6 +152,10 @@ SPECS: dict[str, Spec] = {
                         expect_failure=True),  # the config's full last save: HF saves are weights only
     # the layout of dp2_tp2 launched as 2 nodes x 2 ranks (tests/test_multinode.py)
     "nodes2_tp2_fsdp2": Spec(2, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), nodes=2, cost=40),
+    # torchtitan's own train step (tests/stock_trainer.py): FSDP2 x TP2, and FSDP2 with 2 microbatches
+    "dp2_tp2_stock": Spec(4, SPECS_DP2_TP2, cost=33, train_file="tests.stock_trainer"),
+    "dp2_accum": Spec(2, ACCUM),
+    "dp2_accum_stock": Spec(2, ACCUM, train_file="tests.stock_trainer"),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -202,6 +210,8 @@ class Result:
 def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> Result:
     env = {k: v for k, v in os.environ.items() if k not in ("COMM_MODE", "TRAIN_FILE")}
     env.update(NGPU=str(spec.ngpu), LOG_RANK=str(spec.log_rank), CONFIG_FILE=str(CONFIG))
+    if spec.train_file:
+        env["TRAIN_FILE"] = spec.train_file
     cmd = [str(RUN_TRAIN), *COMMON, "--job.dump_folder", str(dump), *spec.args, *extra]
     nodes = [{}] if spec.nodes == 1 else [
         {"NNODES": str(spec.nodes), "NODE_RANK": str(i), "RDZV_ENDPOINT": endpoint, "RDZV_ID": name}
@@ -297,6 +307,9 @@ def _runs_for(item) -> list[str]:
         return ["debugmodel"]
     if name == "test_btp_tp2_matches_tp1":
         return ["tp1", params.get("variant", "tp2")]
+    if name == "test_train_step_matches_torchtitans":
+        return {"fsdp_tp": ["dp2_tp2", "dp2_tp2_stock"], "accum": ["dp2_accum", "dp2_accum_stock"]
+                }[params.get("layout", "fsdp_tp")]
     if name == "test_fsdp_tp_matches_fsdp":
         return ["dp2_tp2", "dp2"]
     if name == "test_pp_tp_matches_tp1":
@@ -381,6 +394,20 @@ def test_fsdp_tp_matches_fsdp(runs):
     run = runs.get("dp2_tp2")
     assert "dp_shard=2, cp=1, tp=2" in run.log and "Applied FSDP2 to the model" in run.log
     assert_curves_close(run.losses(), runs.get("dp2").losses(), range(1, 11), RTOL, "fsdp2 x tp2 vs fsdp2")
+
+
+@pytest.mark.parametrize("layout", ["fsdp_tp", "accum"])
+def test_train_step_matches_torchtitans(runs, layout):
+    """The trainer's sync-free train step (torchtitan_ext/train.py) trains exactly as torchtitan 0.2.2's
+    own: same logged loss and gradient norm at every step, bit for bit, under FSDP2 x TP2 (the token
+    count all-reduced over the batch ranks) and with 2 microbatches per step."""
+    ours, stock = {"fsdp_tp": ("dp2_tp2", "dp2_tp2_stock"), "accum": ("dp2_accum", "dp2_accum_stock")}[layout]
+    ours, stock = runs.get(ours), runs.get(stock)
+    assert ours.metric_strings() == stock.metric_strings() and len(ours.metric_strings()) == 10
+    if layout == "accum":  # float32 losses, and 2 microbatches of 2 x 64 tokens per rank and step
+        for tag in ("loss_metrics/global_avg_loss", "loss_metrics/global_max_loss", "grad_norm"):
+            assert ours.tensorboard(tag) == stock.tensorboard(tag) and len(stock.tensorboard(tag)) == 10, tag
+        assert ours.tensorboard("n_tokens_seen")[1] == 2 * 2 * 2 * 64
 
 
 @pytest.mark.parametrize("schedule", list(PP_STAGES))

@@ -24,10 +24,9 @@ import os
 import torch
 import torch.distributed.pipelining.stage as pipelining_stage
 from torchtitan.config import TORCH_DTYPE_MAP
-from torchtitan.train import Trainer
 
 from torchtitan_ext import patches
-from torchtitan_ext.train import main_then_exit
+from torchtitan_ext.train import Trainer, main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
 _job_config = None  # the running job's config (set when the Trainer is built)
@@ -83,8 +82,8 @@ def _check_stage_emulation(job_config) -> None:
 
 
 class EmulatedTrainer(Trainer):
-    """torchtitan's Trainer, with later pipeline stages' input shapes supplied (installed here, in the
-    emulating process only: importing this module changes nothing)."""
+    """The project's Trainer (torchtitan_ext/train.py), with later pipeline stages' input shapes
+    supplied (installed here, in the emulating process only: importing this module changes nothing)."""
 
     def __init__(self, job_config):
         global _job_config

@@ -9,9 +9,20 @@ every step and checkpoint completed. Seen on CPU/gloo, mostly with torch 2.11 (2
 distributed tests on 2026-12-03). ``scripts/run_train.sh`` runs this module; a failing run still
 raises (and exits non-zero) as before.
 
-Its :class:`Trainer` is torchtitan's, plus one thing: a ``--checkpoint.last_save_in_hf`` save
-becomes a complete Hugging Face directory (config.json and, for CoLA, the modeling file beside the
-safetensors; torchtitan writes the weights only).
+Its :class:`Trainer` is torchtitan's, plus two things:
+
+- a ``--checkpoint.last_save_in_hf`` save becomes a complete Hugging Face directory (config.json and,
+  for CoLA, the modeling file beside the safetensors; torchtitan writes the weights only);
+- its train step never waits for the GPU before the logging step's read-out. torchtitan 0.2.2's
+  ``train_step`` copies the token count and every microbatch from pageable host memory (each copy
+  waits for all queued GPU work) and, with data parallelism, reads the all-reduced token count back
+  with ``.item()``: three drains of the GPU queue per step, after which the next step's host work
+  (FSDP's first all-gather, the embedding, the first compiled region's guards) runs with an idle GPU.
+  Here the copies come from pinned memory without waiting and the count stays on the device (a
+  functional all-reduce), so the host runs ahead of the GPU as it does inside the step. The math is
+  torchtitan's: same loss scaling (the count is an integer, exact in fp32 below 2^24 tokens per step),
+  same clipping, optimizer and logging; ``tests/test_torchtitan_e2e.py`` checks losses against the
+  stock step.
 """
 
 from __future__ import annotations
@@ -20,7 +31,11 @@ import logging
 import os
 import sys
 
+import torch
+import torch.distributed._functional_collectives as funcol
 from torchtitan import train as titan_train
+from torchtitan.components.loss import IGNORE_INDEX
+from torchtitan.distributed import utils as dist_utils
 
 from .faults import check_nonfinite_at_exit
 from .hf_adapter import write_metadata_after_hf_save
@@ -33,6 +48,66 @@ class Trainer(titan_train.Trainer):
         ckpt = job_config.checkpoint
         if job_config.model.name == "cola_llama" and ckpt.enable and ckpt.last_save_in_hf:
             write_metadata_after_hf_save(self.checkpointer, self.model_args)
+
+    def train_step(self, data_iterator):
+        """torchtitan 0.2.2's ``Trainer.train_step`` without its host-device syncs (see the module)."""
+        self.optimizers.zero_grad()
+        lr = self.lr_schedulers.schedulers[0].get_last_lr()[0]  # this step's, for logging
+        parallel_dims = self.parallel_dims
+
+        # all microbatches of the step are drawn first: the loss is scaled by the step's token count
+        microbatches = [next(data_iterator) for _ in range(self.gradient_accumulation_steps)]
+        local_valid_tokens = sum((labels != IGNORE_INDEX).sum() for _, labels in microbatches)
+        local_valid_tokens = _to_device(local_valid_tokens, self.device)
+        if parallel_dims.dp_enabled:  # summed over the batch ranks, left on the device (no .item())
+            batch_mesh = parallel_dims.get_mesh("batch")
+            global_valid_tokens = funcol.all_reduce(local_valid_tokens, "sum", group=batch_mesh).float()
+        else:
+            global_valid_tokens = local_valid_tokens.float()
+
+        accumulated_losses = []
+        for input_dict, labels in microbatches:
+            input_dict = {k: _to_device(v, self.device) if isinstance(v, torch.Tensor) else v
+                          for k, v in input_dict.items()}
+            loss = self.forward_backward_step(input_dict=input_dict, labels=_to_device(labels, self.device),
+                                              global_valid_tokens=global_valid_tokens)
+            accumulated_losses.append(loss.detach())
+
+        grad_norm = dist_utils.clip_grad_norm_(  # looked up at call time: the project's patch applies
+            [p for m in self.model_parts for p in m.parameters()],
+            self.job_config.training.max_norm,
+            foreach=True,
+            pp_mesh=parallel_dims.get_optional_mesh("pp"),
+            ep_enabled=parallel_dims.ep_enabled,
+        )
+        self.checkpointer.maybe_wait_for_staging()
+        self.optimizers.step()
+        self.lr_schedulers.step()
+        loss = torch.sum(torch.stack(accumulated_losses))  # local loss sum / global token count
+
+        if not self.metrics_processor.should_log(self.step):
+            return
+        if parallel_dims.dp_cp_enabled:
+            loss_mesh = parallel_dims.get_optional_mesh("loss")
+            local_avg_loss = loss * global_valid_tokens / local_valid_tokens  # for the max over ranks
+            ntokens_seen = torch.tensor(self.ntokens_seen, dtype=torch.int64, device=self.device)
+            global_avg_loss = dist_utils.dist_sum(loss, loss_mesh)
+            global_max_loss = dist_utils.dist_max(local_avg_loss, loss_mesh)
+            global_ntokens_seen = dist_utils.dist_sum(ntokens_seen, loss_mesh)
+        else:
+            global_avg_loss = global_max_loss = loss.item()
+            global_ntokens_seen = self.ntokens_seen
+        self.metrics_processor.log(self.step, global_avg_loss, global_max_loss, grad_norm.item(),
+                                   extra_metrics={"n_tokens_seen": global_ntokens_seen, "lr": lr})
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` without waiting for the GPU: a pageable copy to CUDA waits for all
+    queued work, a copy from pinned memory does not (the caching host allocator keeps the pinned
+    buffer until the copy has run)."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def main_then_exit(trainer_class=Trainer) -> None:
