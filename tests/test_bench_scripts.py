@@ -102,6 +102,23 @@ def test_trace_buckets_sum_kernel_durations_per_step(tmp_path):
     assert trace_buckets(trace, steps=2) == {"gemm": 2.0, "fused elementwise (triton)": 0.25, "other": 0.035}
 
 
+def test_trace_buckets_count_the_traced_steps_launches_only(tmp_path):
+    # the loop never waited for the GPU: a GEMM launched before ProfilerStep#40 opened (the previous
+    # step's) still runs inside the trace window; it is not this step's GPU work
+    host = dict(ph="X", pid=1, tid=1, cat="cuda_runtime", name="cudaLaunchKernel", dur=5)
+    events = [{**host, "ts": 0, "args": {"correlation": 1}},
+              {"ph": "X", "pid": 1, "tid": 1, "cat": "user_annotation", "name": "ProfilerStep#40", "ts": 100, "dur": 1000},
+              {**host, "ts": 200, "args": {"correlation": 2}},
+              {**host, "ts": 300, "name": "cudaGraphLaunch", "args": {"correlation": 3}},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 150, "dur": 3000, "args": {"correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 3200, "dur": 1000, "args": {"correlation": 2}},
+              {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add", "ts": 4300, "dur": 500, "args": {"correlation": 3}}]
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert trace_buckets(trace) == {"gemm": 1.0, "fused elementwise (triton)": 0.5}
+    assert trace_top_kernels(trace)[-1]["ms"] == pytest.approx(1.5)
+
+
 def test_trace_top_kernels_and_idle_by_hand(tmp_path):
     # two GEMMs (3 ms, 1 ms) and a 0.5 ms kernel over a 10 ms span: 4.5 ms busy, 5.5 ms idle
     events = [{"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 0, "dur": 3000},

@@ -267,15 +267,33 @@ def bucket_rows(variant: str, buckets: dict[str, float]) -> list[dict]:
     return rows + [{"variant": variant, "bucket": "TOTAL (GPU busy)", "ms_per_step": total, "share_pct": 100.0}]
 
 
+def _trace_events(trace_path: str | Path) -> list[dict]:
+    events = json.loads(Path(trace_path).read_text())
+    return events.get("traceEvents", []) if isinstance(events, dict) else events
+
+
+def _step_gpu_events(events: list[dict]) -> list[dict]:
+    """The GPU events (kernels, memcpys, memsets) of the traced steps: those launched while a
+    ``ProfilerStep#N`` annotation was open. A loop that never waits for the GPU starts a step's host
+    work while the previous step's kernels still run, and the profiler records those too; they are
+    that step's work, not this one's. A trace without step annotations or launch records: all of them."""
+    gpu = [e for e in events if e.get("cat") in _GPU_CATS and e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    if not steps or not launched:
+        return gpu
+    in_step = lambda t: any(a <= t <= b for a, b in steps)  # noqa: E731
+    return [e for e in gpu if in_step(launched.get(e.get("args", {}).get("correlation"), e["ts"]))]
+
+
 def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
     """GPU time per step (ms) by :func:`bucket`: kernels, memcpys and memsets of a torch profiler chrome
-    trace of ``steps`` steps (host-side events are not GPU time)."""
-    events = json.loads(Path(trace_path).read_text())
-    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    trace of ``steps`` steps (host-side events are not GPU time; :func:`_step_gpu_events`)."""
     out = defaultdict(float)
-    for e in events:
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X":
-            out[bucket(e.get("name", ""))] += e.get("dur", 0) / 1e3 / steps  # µs -> ms
+    for e in _step_gpu_events(_trace_events(trace_path)):
+        out[bucket(e.get("name", ""))] += e.get("dur", 0) / 1e3 / steps  # µs -> ms
     return dict(out)
 
 
@@ -283,9 +301,7 @@ def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
     """The ``n`` kernels (by name) with the most GPU time in a trace: calls, total ms, bucket; and a last
     row with the GPU's busy time against the span from the first kernel's start to the last one's end
     (``idle_ms``: gaps between kernels, i.e. time the GPU waited for the host)."""
-    events = json.loads(Path(trace_path).read_text())
-    events = events.get("traceEvents", []) if isinstance(events, dict) else events
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
+    kernels = _step_gpu_events(_trace_events(trace_path))
     by_name = defaultdict(lambda: [0, 0.0])
     for e in kernels:
         by_name[e.get("name", "")][0] += 1
@@ -343,9 +359,8 @@ def trace_gaps(trace_path: str | Path, min_us: float = 10.0, n: int = 12) -> lis
     there to the next launch. Rows (largest idle time first, at most ``n``, then a total): gaps, idle
     ms, the largest gap.
     """
-    events = json.loads(Path(trace_path).read_text())
-    events = events.get("traceEvents", []) if isinstance(events, dict) else events
-    gpu = sorted((e for e in events if e.get("cat") in _GPU_CATS and e.get("ph") == "X"), key=lambda e: e["ts"])
+    events = _trace_events(trace_path)
+    gpu = sorted(_step_gpu_events(events), key=lambda e: e["ts"])
     launches, threads = {}, defaultdict(list)
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in _HOST_CATS:
@@ -431,8 +446,7 @@ def trace_host(trace_path: str | Path) -> list[dict]:
     replays) and their ms, and how many of them replay a CUDA graph and how many graphs were captured
     (instantiated) inside the traced step: ``[boost] cudagraphs`` should replay, not capture, once warm.
     """
-    events = json.loads(Path(trace_path).read_text())
-    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    events = _trace_events(trace_path)
     threads = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in _HOST_CATS and not e["name"].startswith("ProfilerStep"):
