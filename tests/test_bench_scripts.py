@@ -103,10 +103,12 @@ def test_trace_buckets_sum_kernel_durations_per_step(tmp_path):
 
 
 def test_trace_buckets_count_the_traced_steps_launches_only(tmp_path):
-    # the loop never waited for the GPU: a GEMM launched before ProfilerStep#40 opened (the previous
-    # step's) still runs inside the trace window; it is not this step's GPU work
+    # the loop never waited for the GPU: GEMMs launched before ProfilerStep#40 opened (the previous
+    # step's: one launch recorded before the window, one not recorded at all) still run inside the
+    # trace window; they are not this step's GPU work
     host = dict(ph="X", pid=1, tid=1, cat="cuda_runtime", name="cudaLaunchKernel", dur=5)
     events = [{**host, "ts": 0, "args": {"correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_gemm", "ts": 120, "dur": 20, "args": {"correlation": 0}},
               {"ph": "X", "pid": 1, "tid": 1, "cat": "user_annotation", "name": "ProfilerStep#40", "ts": 100, "dur": 1000},
               {**host, "ts": 200, "args": {"correlation": 2}},
               {**host, "ts": 300, "name": "cudaGraphLaunch", "args": {"correlation": 3}},

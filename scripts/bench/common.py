@@ -273,10 +273,11 @@ def _trace_events(trace_path: str | Path) -> list[dict]:
 
 
 def _step_gpu_events(events: list[dict]) -> list[dict]:
-    """The GPU events (kernels, memcpys, memsets) of the traced steps: those launched while a
-    ``ProfilerStep#N`` annotation was open. A loop that never waits for the GPU starts a step's host
-    work while the previous step's kernels still run, and the profiler records those too; they are
-    that step's work, not this one's. A trace without step annotations or launch records: all of them."""
+    """The GPU events (kernels, memcpys, memsets) of the traced steps: those whose launch the trace
+    recorded inside a ``ProfilerStep#N`` annotation. A loop that never waits for the GPU starts a
+    step's host work while the previous step's kernels still run; the profiler records those kernels,
+    but their launches came before its window opened: that step's work, not this one's. A trace
+    without step annotations or launch records: all of them."""
     gpu = [e for e in events if e.get("cat") in _GPU_CATS and e.get("ph") == "X"]
     steps = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
@@ -284,8 +285,8 @@ def _step_gpu_events(events: list[dict]) -> list[dict]:
                 if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     if not steps or not launched:
         return gpu
-    in_step = lambda t: any(a <= t <= b for a, b in steps)  # noqa: E731
-    return [e for e in gpu if in_step(launched.get(e.get("args", {}).get("correlation"), e["ts"]))]
+    in_step = lambda t: t is not None and any(a <= t <= b for a, b in steps)  # noqa: E731
+    return [e for e in gpu if in_step(launched.get(e.get("args", {}).get("correlation")))]
 
 
 def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
