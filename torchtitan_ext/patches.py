@@ -2,7 +2,8 @@
 was written for, why, and the upstream issue it works around.
 
 The replacements themselves live beside the code they serve (the CPU shim, the emulator, the trainer's
-hooks); they are installed only through :func:`apply`, which refuses a name not listed here. At import
+hooks); they are installed only through :func:`apply`, which refuses a name not listed here, or (a
+method of torchtitan's Trainer) overridden in the project's Trainer subclass. At import
 :func:`check` resolves every target on the installed torch and torchtitan: a release that renames or
 drops one fails here, naming the patch, instead of running without it.
 
@@ -74,6 +75,12 @@ PATCHES: dict[str, Patch] = {
         "schedule) folds the mirror's gradient into the owner's after a train step's last microbatch "
         "(torchtitan_ext/train_spec.py pipeline_cola)",
         "pytorch/torchtitan#1524 (no plan to support weight tying; #1409, tied weights under pipelining, open)", instance=True),
+    "sync_free_train_step": Patch(
+        "torchtitan.train:Trainer.train_step", TORCHTITAN,
+        "overridden in torchtitan_ext/train.py's Trainer (not through apply): torchtitan's step with pinned "
+        "non-blocking batch copies and the token count kept on the device, so the host never waits for the "
+        "GPU before the forward; a copy of 0.2.2's logic otherwise (tests/test_torchtitan_e2e.py compares them)",
+        "none filed: torchtitan's step syncs by design (the count is read for loss scaling and logging)"),
     "hf_save_writes_config": Patch(
         "torchtitan.components.checkpoint:CheckpointManager.dcp_save", TORCHTITAN,
         "torchtitan's HF save writes the weights only; this checkpointer's save also writes config.json "
