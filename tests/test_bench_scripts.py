@@ -363,6 +363,25 @@ def test_multi_gpu_script_runs_the_real_layout_on_cpu(tmp_path):
     assert row["ok"] and row["kind"] == "measured" and row["step_s"] > 0 and row["tp"] == 2
 
 
+@pytest.mark.e2e
+def test_e2e_torchtitan_step_arm_runs_emulated_on_cpu(tmp_path):
+    """``scripts.bench.e2e --emulate --torchtitan-step``: the A/B's baseline arm (torchtitan's own train
+    step in the emulating trainer) runs a tiny tp 2 x FSDP 2 layout as rank 0; without --emulate it is
+    refused before any run."""
+    root = Path(emulate.__file__).resolve().parents[2]
+    base = ["python", "-m", "scripts.bench.e2e", "--torchtitan-step", "--ngpu", "4", "--steps", "3", "--skip", "1",
+            "--variants", "cola_1b", "--out", str(tmp_path / "e2e"),
+            "--extra=--model.flavor tiny --parallelism.tensor_parallel_degree 2 --parallelism.data_parallel_shard_degree 2 "
+            "--training.dataset synthetic --boost.tokenizer none --boost.synthetic_vocab_size 512 "
+            "--training.seq_len 64 --training.local_batch_size 2"]
+    refused = subprocess.run(base, cwd=root, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "add --emulate" in refused.stderr
+    proc = subprocess.run([*base, "--emulate"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "e2e.json").read_text())["rows"]
+    assert "python3 -m scripts.bench.torchtitan_step " in row["command"] and row["tokens_per_s"] > 0
+
+
 def test_loss_match_compare_by_hand():
     """Last-window means and their difference, the largest step difference, and the baseline's noise
     around its 9-step moving average (a constant curve has none)."""

@@ -82,7 +82,7 @@ HF_SAVE = ("--checkpoint.enable", "--checkpoint.last_save_in_hf", "--checkpoint.
 HF_LOAD = ("--checkpoint.enable", "--checkpoint.initial_load_in_hf")
 FULLRANK = ("--boost.tp_strategy", "fullrank")
 
-SPECS_DP2_TP2 = tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2")
+DP2_TP2 = tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2")  # FSDP2 x btp TP2 on 4 ranks
 ACCUM = tiny("--training.global_batch_size", "8", *TB)  # FSDP over 2 ranks, local batch 2: 2 microbatches
 
 SPECS: dict[str, Spec] = {
@@ -93,7 +93,7 @@ SPECS: dict[str, Spec] = {
     "tp2_sync": Spec(2, tiny(*TP2, "--boost.rmsnorm", "sync")),
     "tp2_ungrouped": Spec(2, tiny(*TP2, "--boost.no-grouped")),
     "dp2": Spec(2, tiny()),  # data_parallel_shard_degree = -1 → FSDP over both ranks
-    "dp2_tp2": Spec(4, SPECS_DP2_TP2, cost=33),
+    "dp2_tp2": Spec(4, DP2_TP2, cost=33),
     **{f"pp_{s}": Spec(4, tiny(*TP2, "--parallelism.pipeline_parallel_degree", "2",
                                "--parallelism.pipeline_parallel_schedule", s), log_rank=2, cost=27)
        for s in PP_STAGES},
@@ -151,9 +151,9 @@ SPECS: dict[str, Spec] = {
     "err_hf_save": Spec(1, tiny("--checkpoint.enable", "--checkpoint.last_save_in_hf"), cost=10,
                         expect_failure=True),  # the config's full last save: HF saves are weights only
     # the layout of dp2_tp2 launched as 2 nodes x 2 ranks (tests/test_multinode.py)
-    "nodes2_tp2_fsdp2": Spec(2, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2"), nodes=2, cost=40),
+    "nodes2_tp2_fsdp2": Spec(2, DP2_TP2, nodes=2, cost=40),
     # torchtitan's own train step (tests/stock_trainer.py): FSDP2 x TP2, and FSDP2 with 2 microbatches
-    "dp2_tp2_stock": Spec(4, SPECS_DP2_TP2, cost=33, train_file="tests.stock_trainer"),
+    "dp2_tp2_stock": Spec(4, DP2_TP2, cost=33, train_file="tests.stock_trainer"),
     "dp2_accum": Spec(2, ACCUM),
     "dp2_accum_stock": Spec(2, ACCUM, train_file="tests.stock_trainer"),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),

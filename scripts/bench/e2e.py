@@ -106,18 +106,19 @@ def emulate_env(ngpu: int, rank: int = 0) -> dict[str, str]:
                 PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
-def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None) -> dict:
+def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None,
+              emulator: str = "torchtitan_ext.emulate") -> dict:
     """One ``scripts/run_train.sh`` run; returns its parsed per-step log (:func:`parse_log`).
 
     ``emulate_rank``: instead, one process plays that rank of an ``ngpu`` layout on the fake
-    communication backend (``torchtitan_ext.emulate``): its real kernels, no collective (the losses
+    communication backend (the module ``emulator``): its real kernels, no collective (the losses
     are then meaningless, often nan).
     """
     if emulate_rank is None:
         cmd = ["./scripts/run_train.sh", *overrides]
         env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
     else:
-        cmd = ["python3", "-m", "torchtitan_ext.emulate", "--job.config_file", config, *overrides,
+        cmd = ["python3", "-m", emulator, "--job.config_file", config, *overrides,
                "--comm.mode", "fake_backend"]
         env = emulate_env(ngpu, emulate_rank)
     command = (f"NGPU={ngpu} CONFIG_FILE={config} " if emulate_rank is None else
@@ -182,7 +183,12 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="trace the last step of each run and bucket its GPU time")
     p.add_argument("--emulate", action="store_true",
                    help="run each variant as rank 0 of --ngpu on the fake backend (torchtitan_ext.emulate)")
+    p.add_argument("--torchtitan-step", action="store_true",
+                   help="with --emulate: train with torchtitan 0.2.2's own train step (scripts.bench.torchtitan_step), "
+                        "which waits for the GPU before every forward, instead of the project's sync-free one")
     a = p.parse_args()
+    if a.torchtitan_step and not a.emulate:
+        p.error("--torchtitan-step runs the emulated rank (scripts.bench.torchtitan_step): add --emulate")
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     results, profiles, buckets, gaps, host = [], [], {}, [], []
@@ -200,7 +206,8 @@ def main() -> None:
         if a.profile:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
         log = log_dir / f"{name.replace('+', '.')}.log"
-        run = run_train(config, overrides, a.ngpu, log, emulate_rank=0 if a.emulate else None)
+        run = run_train(config, overrides, a.ngpu, log, emulate_rank=0 if a.emulate else None,
+                        emulator="scripts.bench.torchtitan_step" if a.torchtitan_step else "torchtitan_ext.emulate")
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
