@@ -36,6 +36,13 @@ try:
 except ImportError:
     FSDPParamGroup = None
 
+# The mesh info of a group whose gradients are all-reduced (DDP, HSDP; 2.6 – 2.15). Missing: the
+# batched 1-rank gradient cast is never used (its check needs to rule HSDP out).
+try:
+    from torch.distributed.fsdp._fully_shard._fsdp_common import DDPMeshInfo
+except ImportError:
+    DDPMeshInfo = None
+
 # Making the default stream wait for the (here: no-op) all-gather: a method of the param group up to
 # torch 2.14, of its ``comm_ctx`` (FSDPCommContext) from 2.15.
 _WAIT_ON_GROUP = FSDPParamGroup is not None and hasattr(FSDPParamGroup, "_wait_all_gather_streams_on_event")

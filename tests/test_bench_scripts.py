@@ -286,7 +286,7 @@ def test_one_rank_fsdp_host_benchmark_runs_both_unshards(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert [r["unshard"] for r in rows] == ["FSDP2 per parameter", "one _foreach_copy_", "no FSDP (bf16 weights)"] * 2
+    assert [r["unshard"] for r in rows] == ["FSDP2 per parameter", "one _foreach_copy_ each way", "no FSDP (bf16 weights)"] * 2
     assert all(r["params"] == 6 and r["forward_ms"] > 0 and r["backward_ms"] > 0 for r in rows)
 
 

@@ -62,6 +62,7 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
             loss.backward()
     # FSDP2 names each unit's all-gather (and its copy-out, not counted) in profiler annotations
     all_gathers = sum(e.name.startswith("FSDP::all_gather") and "copy" not in e.name for e in prof.events())
+    batched_grads = sum(e.name == "boost::one_rank_grads" for e in prof.events())  # one_rank_fsdp's gradient cast
     params = list(model.parameters())
     grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in params]  # a collective: all ranks
     if rank == 0:
@@ -69,7 +70,7 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
                    param_dtypes=sorted({str(p.dtype) for p in params}),
                    grad_dtypes=sorted({str(p.grad.dtype) for p in params}),
                    fsdp_groups=sum(isinstance(m, FSDPModule) for m in model.modules()),
-                   all_gathers=all_gathers, grads=grads)
+                   all_gathers=all_gathers, batched_grads=batched_grads, grads=grads)
 
 
 def _run(rank, world_size, layout, path):
@@ -167,35 +168,37 @@ def _batched_cast(rank, world_size, path):
     results = {}
     for batched in (False, True):
         results[batched] = {}
-        if not batched:  # FSDP2's own per-parameter cast
-            real, parallelize.batch_one_rank_unshard = parallelize.batch_one_rank_unshard, lambda model: 0
+        if not batched:  # FSDP2's own per-parameter cast and 1-rank reduction
+            real, parallelize.batch_one_rank_fsdp = parallelize.batch_one_rank_fsdp, lambda model: 0
         try:
             _forward_dtypes(rank, world_size, {"tp": 2}, "bfloat16", results[batched])
         finally:
             if not batched:
-                parallelize.batch_one_rank_unshard = real
+                parallelize.batch_one_rank_fsdp = real
     if rank == 0:
         torch.save(results, path)
 
 
 def test_one_rank_wrapper_batched_cast_gives_fsdps_numbers(tmp_path):
-    """tp 2, no data parallelism: the 1-rank wrapper's one-foreach weight cast (one_rank_fsdp) and
-    FSDP2's per-parameter cast give bit-equal bf16 losses and fp32 gradients."""
+    """tp 2, no data parallelism: the 1-rank wrapper's one-foreach weight and gradient casts
+    (one_rank_fsdp, with torchtitan's divide factor 1.0) and FSDP2's per-parameter cast and 1-rank
+    reduction give bit-equal bf16 losses and fp32 tp-sharded gradients."""
     run_distributed(_batched_cast, 2, str(tmp_path / "r.pt"))
     res = torch.load(tmp_path / "r.pt")
     stock, batched = res[False], res[True]
     assert batched["qkv_out"] == "torch.bfloat16" and batched["grad_dtypes"] == ["torch.float32"]
+    assert (stock["batched_grads"], batched["batched_grads"]) == (0, 1)  # one group: one batched cast
     assert stock["loss"] == batched["loss"]
     for a, b in zip(stock["grads"], batched["grads"], strict=True):
         assert torch.equal(a, b)
 
 
-def _plain_fsdp_steps(rank, world_size, path):
+def _plain_fsdp_steps(rank, world_size, path, device="cpu"):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+    from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -207,39 +210,56 @@ def _plain_fsdp_steps(rank, world_size, path):
             return func(*args, **(kwargs or {}))
 
     out = {}
-    for batched in (False, True):
+    # (batched, FSDP's gradient divide factor): 1.0 is torchtitan's; 4.0 must keep FSDP's own reduction
+    for arm in ((False, 1.0), (True, 1.0), (False, 4.0), (True, 4.0)):
+        batched, factor = arm
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, bias=False) for _ in range(5)])
+        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, bias=False) for _ in range(5)]).to(device)
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                                       cast_forward_inputs=False)
-        fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
-        groups = batch_one_rank_unshard(model) if batched else 0
+        fully_shard(model, mesh=init_device_mesh(device, (1,)), mp_policy=policy, reshard_after_forward=False)
+        model.set_gradient_divide_factor(factor)
+        groups = batch_one_rank_fsdp(model) if batched else 0
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1)).bfloat16()
         losses = []
-        for _ in range(3):  # the cast after each optimizer step must see the new fp32 weights
-            ops = Ops()
-            with ops:
-                y = model(x)
-            loss = y.float().pow(2).sum()
-            loss.backward()
+        for step in range(3):  # the cast after each optimizer step must see the new fp32 weights
+            forward_ops, backward_ops = Ops(), Ops()
+            for micro in range(2):  # the second backward adds to the gradients of the first
+                x = torch.randn(4, 16, generator=torch.Generator().manual_seed(10 * step + micro)).bfloat16().to(device)
+                with forward_ops:
+                    y = model(x)
+                loss = y.float().pow(2).sum()
+                with backward_ops:
+                    loss.backward()
+                losses.append(loss.item())
             opt.step()
             opt.zero_grad()
-            losses.append(loss.item())
-        out[batched] = {"groups": groups, "losses": losses, "forward_ops": ops.names,
-                        "params": [p.detach().full_tensor() for p in model.parameters()]}
+        out[arm] = {"groups": groups, "losses": losses, "forward_ops": forward_ops.names,
+                    "backward_ops": backward_ops.names,
+                    "params": [p.detach().full_tensor().cpu() for p in model.parameters()]}
     torch.save(out, path)
 
 
-def test_batched_cast_is_one_foreach_copy_and_exact(tmp_path):
-    """FSDP2 on a 1-rank mesh (plain module): the batched unshard issues one ``_foreach_copy_`` where
-    FSDP2 casts and copies each of the 5 weights, and 3 SGD steps end bit-equal."""
-    run_distributed(_plain_fsdp_steps, 1, str(tmp_path / "r.pt"))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the CUDA kernels of the foreach casts need a GPU"))])
+def test_batched_casts_are_one_foreach_each_and_exact(device, tmp_path):
+    """FSDP2 on a 1-rank mesh (plain module, 2 microbatches per step): the batched unshard issues one
+    ``_foreach_copy_`` where FSDP2 casts and copies each of the 5 weights; the batched gradient cast
+    one ``_foreach_copy_`` (first microbatch) and one ``_foreach_add_`` (second) where FSDP2 packs
+    (``fsdp::chunk_cat``) and copies; 3 SGD steps end bit-equal. With a divide factor other than 1 the
+    gradients keep FSDP's reduction (and its numbers)."""
+    run_distributed(_plain_fsdp_steps, 1, str(tmp_path / "r.pt"), device)
     res = torch.load(tmp_path / "r.pt")
-    stock, batched = res[False], res[True]
-    assert batched["groups"] == 1
-    assert stock["forward_ops"].count("copy_") == 5 and "_foreach_copy_" not in stock["forward_ops"]
-    assert batched["forward_ops"].count("_foreach_copy_") == 1 and "copy_" not in batched["forward_ops"]
-    assert stock["losses"] == batched["losses"]
-    for a, b in zip(stock["params"], batched["params"], strict=True):
-        assert torch.equal(a, b)
+    for factor in (1.0, 4.0):
+        stock, batched = res[(False, factor)], res[(True, factor)]
+        assert batched["groups"] == 1
+        assert stock["forward_ops"].count("copy_") == 10 and "_foreach_copy_" not in stock["forward_ops"]
+        assert batched["forward_ops"].count("_foreach_copy_") == 2 and "copy_" not in batched["forward_ops"]
+        assert stock["backward_ops"].count("chunk_cat") == 2 and "_foreach_copy_" not in stock["backward_ops"]
+        assert stock["losses"] == batched["losses"]
+        for a, b in zip(stock["params"], batched["params"], strict=True):
+            assert torch.equal(a, b)
+    one, four = res[(True, 1.0)]["backward_ops"], res[(True, 4.0)]["backward_ops"]
+    assert "chunk_cat" not in one and one.count("_foreach_copy_") == 1 and one.count("_foreach_add_") == 1
+    assert four.count("chunk_cat") == 2 and "_foreach_copy_" not in four  # FSDP's own path
+    assert res[(True, 1.0)]["params"][0].ne(res[(True, 4.0)]["params"][0]).any()  # the factor mattered

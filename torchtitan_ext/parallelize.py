@@ -5,6 +5,8 @@ Same order and knobs as torchtitan's llama3; the TP plan comes from ``[boost] tp
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -19,8 +21,10 @@ from boost_titan.ops.float8 import check_float8
 from boost_titan.parallel import apply_tp, check_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_blocks, compile_on_local_shards
-from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+from boost_titan.parallel.fsdp_copy_in import foreach_copy_in
+from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
 
+from . import patches
 from .logs import TORCHTITAN_AMP_OFF, drop
 
 
@@ -104,9 +108,10 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # and all bf16 gradients are held until backward ends (7B b 4: +4.4 GiB against 4 groups).
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"},
                    groups=boost.one_rank_fsdp_groups)
-        # FSDP2 casts each weight with its own two kernels on a 1-rank mesh; one foreach copy instead
-        batched = batch_one_rank_unshard(model)
-        logger.info(f"1-rank FSDP groups with the batched weight cast: {batched} of "
+        # FSDP2 casts each weight with its own two kernels on a 1-rank mesh, and packs, copies and views
+        # out the gradients for a 1-rank reduction: one foreach copy each way instead
+        batched = batch_one_rank_fsdp(model)
+        logger.info(f"1-rank FSDP groups with the batched weight and gradient casts: {batched} of "
                     f"{sum(isinstance(m, FSDPModule) for m in model.modules())}")
         _log_precision(job_config, "FSDP2's MixedPrecisionPolicy on a 1-rank shard mesh, no data sharding")
         drop(TORCHTITAN_AMP_OFF)  # torchtitan's verdict, printed next, is about its own autocast path
@@ -201,6 +206,17 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
             module.set_gradient_divide_factor(1.0)  # the trainer divides by the global token count
             if gloo:
                 module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    _use_foreach_copy_in()
+
+
+def _use_foreach_copy_in() -> None:
+    """FSDP2's reduce-scatter copy-in as one foreach copy (``boost_titan/parallel/fsdp_copy_in.py``), once
+    per process: for every FSDP2 module in it, ours included (the dense twin's and vanilla's the same)."""
+    owner, name = patches.PATCHES["fsdp_foreach_copy_in"].owner_and_name()
+    fsdp_own = getattr(owner, name)
+    if not isinstance(fsdp_own, functools.partial):
+        patches.apply("fsdp_foreach_copy_in", functools.partial(foreach_copy_in, fallback=fsdp_own))
+        logger.info("FSDP2's reduce-scatter copy-in: one foreach copy (instead of fsdp::chunk_cat)")
 
 
 def _wrap_per_block(model, config: dict, reshard: bool, reshard_head: bool) -> None:

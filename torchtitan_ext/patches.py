@@ -75,6 +75,12 @@ PATCHES: dict[str, Patch] = {
         "schedule) folds the mirror's gradient into the owner's after a train step's last microbatch "
         "(torchtitan_ext/train_spec.py pipeline_cola)",
         "pytorch/torchtitan#1524 (no plan to support weight tying; #1409, tied weights under pipelining, open)", instance=True),
+    "fsdp_foreach_copy_in": Patch(
+        "torch.distributed.fsdp._fully_shard._fsdp_collectives:foreach_reduce_scatter_copy_in", "torch 2.11-2.14",
+        "FSDP2 packs the gradients for each reduce-scatter with fsdp::chunk_cat, whose host side grows with "
+        "the gradients' bytes (14 ms per step for the 7B tp 4 rank); one _foreach_copy_ writes the same "
+        "bytes (boost_titan/parallel/fsdp_copy_in.py; FSDP's own function for gradients that need padding)",
+        "none filed: chunk_cat's per-block metadata is its design (pytorch#121081)"),
     "sync_free_train_step": Patch(
         "torchtitan.train:Trainer.train_step", TORCHTITAN,
         "overridden in torchtitan_ext/train.py's Trainer (not through apply): torchtitan's step with pinned "

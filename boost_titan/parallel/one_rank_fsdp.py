@@ -1,4 +1,4 @@
-"""One batched weight cast per step for FSDP2 groups on a 1-rank shard mesh.
+"""One batched weight cast and one batched gradient cast per step for FSDP2 groups on a 1-rank mesh.
 
 TP-only and PP-only layouts get their mixed precision from FSDP2 on the 1-rank shard mesh (see
 ``torchtitan_ext.parallelize``). On such a mesh FSDP2 skips the all-gather, and its
@@ -12,6 +12,22 @@ buffers, then runs FSDP's own remaining steps (unsharded parameter views, state,
 are identical (the same elementwise cast). Groups it cannot serve keep FSDP's method: a shard mesh of
 more than one rank, parameters with FSDP tensor-subclass extensions (e.g. torchao's float8
 all-gather), CPU offloading, or parameters not in the plain sharded state.
+
+After backward, FSDP2's 1-rank "reduction" (``foreach_reduce``) packs every bf16 gradient into one
+fp32 buffer (``fsdp::chunk_cat``), copies that buffer once more as the world-size-1 reduce-scatter
+(through a temporary when a divide factor is set, as torchtitan sets 1.0), then views it out per
+parameter: about three passes over the fp32 gradients, its streams and events, and Python per
+parameter, all at the end of backward where the GPU waits for it (7B tp 4 b 1: a 12.6 ms idle gap,
+``docs/results/7b_tp4_sync_free_step_emulated.md``). :func:`batch_one_rank_fsdp` also gives such
+groups a ``post_backward`` that first writes the gradients itself: one ``torch._foreach_copy_``
+(bf16 → fp32) into views of one new fp32 buffer, wrapped as FSDP would (``to_sharded_dtensor``), or
+added to the gradients already there (gradient accumulation), then clears the unsharded gradients
+and runs FSDP's own ``post_backward``, which then has nothing to reduce and only reshards. The
+values are FSDP's: a cast is exact, and FSDP's 1-rank reduction is a copy (a division by a factor of
+1.0 included). Anything else keeps FSDP's path for that call: a reduce dtype that rounds (neither the
+gradient's nor the master weight's dtype), a divide factor other than 1, HSDP (an all-reduce across
+replicas), an all-reduce hook, post-accumulate-grad hooks, gradients accumulated unreduced
+(``set_requires_gradient_sync(False)``), or ``reduce_scatter_unused_params``.
 
 This reaches into FSDP2 internals (``FSDPParamGroup``/``FSDPParam`` attributes) through
 :mod:`boost_titan.compat`, which detects where the installed torch keeps them (2.11 – 2.15);
@@ -73,11 +89,66 @@ def _wait_for_unshard_batched(group) -> None:
     group._all_gather_result = None
 
 
-def batch_one_rank_unshard(model: nn.Module) -> int:
-    """Give every supported 1-rank FSDP2 group under ``model`` the batched unshard; returns how many."""
+def _reduction_is_a_cast(group) -> bool:
+    """Whether FSDP2's post-backward reduction of this 1-rank group is exactly a cast of each gradient to
+    its master weight's dtype, so that :func:`_write_sharded_grads` can stand in for it."""
+    # getattr with a default that keeps FSDP's path: a torch that renamed one of these only loses speed
+    # (tests/test_mixed_precision.py counts the batched path's ops and would say so)
+    if compat.DDPMeshInfo is None or isinstance(getattr(group, "mesh_info", None), compat.DDPMeshInfo):
+        return False  # HSDP: the gradients are all-reduced across replicas
+    if not getattr(group, "reduce_grads", False) or getattr(group, "reduce_scatter_unused_params", False):
+        return False
+    if getattr(group, "gradient_divide_factor", 0) not in (None, 1.0) or getattr(group, "_all_reduce_hook", 1):
+        return False
+    orig_dtype = getattr(group, "_orig_dtype", None)
+    grad_dtype = group.fsdp_params[0].param_dtype or orig_dtype
+    if orig_dtype is None or getattr(group, "_reduce_dtype", 0) not in (None, orig_dtype, grad_dtype):
+        return False  # a reduce dtype that rounds between the gradient and the master weight
+    return all(fp.unsharded_accumulated_grad is None and not getattr(fp.sharded_param, "_post_accumulate_grad_hooks",
+                                                                     None)
+               for fp in group.fsdp_params)
+
+
+def _write_sharded_grads(group) -> None:
+    """Each unsharded (compute-dtype) gradient of ``group``, cast to its master weight's dtype, as that
+    weight's gradient (new, or added to the one there); the unsharded gradients are cleared."""
+    fresh, fresh_grads, accumulate, accumulate_grads = [], [], [], []
+    for fp in group.fsdp_params:
+        if not hasattr(fp, "_unsharded_param") or fp.unsharded_param.grad is None:
+            continue
+        grad = fp.unsharded_grad_data  # the local tensor (a tp DTensor's shard)
+        fp.unsharded_param.grad = None
+        if fp.sharded_param.grad is None:
+            fresh.append(fp)
+            fresh_grads.append(grad)
+        else:
+            accumulate.append(fp)
+            accumulate_grads.append(grad)
+    if fresh:
+        flat = torch.empty(sum(g.numel() for g in fresh_grads), dtype=group._orig_dtype, device=group.device)
+        views = [v.view(fp.sharded_size) for v, fp in zip(flat.split([g.numel() for g in fresh_grads]), fresh)]
+        torch._foreach_copy_(views, fresh_grads)  # one kernel for every gradient (the cast included)
+        for fp, view in zip(fresh, views):
+            fp.sharded_param.grad = fp.to_sharded_dtensor(view)
+    if accumulate:
+        torch._foreach_add_([fp.sharded_param.grad._local_tensor for fp in accumulate], accumulate_grads)
+
+
+def _post_backward_batched(group, *args, **kwargs):
+    """FSDP2's 1-rank ``post_backward`` with the gradient reduction as one foreach cast."""
+    if _reduction_is_a_cast(group):
+        with torch.profiler.record_function("boost::one_rank_grads"):
+            _write_sharded_grads(group)
+    return type(group).post_backward(group, *args, **kwargs)  # reshards; nothing left to reduce
+
+
+def batch_one_rank_fsdp(model: nn.Module) -> int:
+    """Give every supported 1-rank FSDP2 group under ``model`` the batched unshard and gradient cast;
+    returns how many groups."""
     count = 0
     for module in model.modules():
         if isinstance(module, FSDPModule) and supported(group := _group_of(module)):
             group.wait_for_unshard = types.MethodType(_wait_for_unshard_batched, group)
+            group.post_backward = types.MethodType(_post_backward_batched, group)
             count += 1
     return count

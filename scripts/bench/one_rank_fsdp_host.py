@@ -5,11 +5,12 @@ walks FSDP2's per-parameter code: the world-size-1 unshard before forward (a cas
 parameter) and the end-of-backward reduction. This script measures that host time directly, on the
 CPU, with as many parameters as the 7B tp 4 rank has (322; a cast and a copy each: the trace's 643
 gaps) but tiny ones, so that the kernels cost next to nothing and the wall time is the host's:
-FSDP's own unshard vs
-:mod:`boost_titan.parallel.one_rank_fsdp`'s one ``_foreach_copy_``, and, to size what FSDP adds at
-all, the same model without FSDP (bf16 weights trained directly: the model's own autograd host time).
-CPU kernels run inline (a GPU launch costs a few µs more per kernel), so these are a lower bound on
-the host time a GPU run pays.
+FSDP's own unshard and reduction vs :mod:`boost_titan.parallel.one_rank_fsdp`'s one
+``_foreach_copy_`` each way, and, to size what FSDP adds at all, the same model without FSDP (bf16
+weights trained directly: the model's own autograd host time). CPU kernels run inline (a GPU launch
+costs a few µs more per kernel), so these are a lower bound on the host time a GPU run pays; and
+what grows with the gradients' size on a GPU (the host-side metadata of ``fsdp::chunk_cat``'s CUDA
+kernel, one entry per 2 KiB block of gradient) does not show at these sizes.
 
     python -m scripts.bench.one_rank_fsdp_host --params 322 --out docs/results/one_rank_fsdp_host_cpu
 """
@@ -26,7 +27,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from boost_titan.parallel.one_rank_fsdp import batch_one_rank_unshard
+from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
 from scripts.bench.common import doc_notes, env_info, print_table, write_results
 
 
@@ -42,7 +43,7 @@ class Params(nn.Module):
 
 
 def time_steps(n: int, dim: int, unshard: str, steps: int, warmup: int) -> dict:
-    """``unshard``: "fsdp" (FSDP2's own), "batched" (one foreach copy) or "none" (no FSDP: bf16 weights
+    """``unshard``: "fsdp" (FSDP2's own), "batched" (one foreach copy each way) or "none" (no FSDP: bf16 weights
     trained directly, the model's own host time, to size what FSDP adds)."""
     torch.manual_seed(0)
     model = Params(n, dim)
@@ -53,7 +54,7 @@ def time_steps(n: int, dim: int, unshard: str, steps: int, warmup: int) -> dict:
                                       cast_forward_inputs=False)
         fully_shard(model, mesh=init_device_mesh("cpu", (1,)), mp_policy=policy, reshard_after_forward=False)
     if unshard == "batched":
-        batch_one_rank_unshard(model)
+        batch_one_rank_fsdp(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(2, dim, dtype=torch.bfloat16)
     fwd, bwd = [], []
@@ -81,7 +82,7 @@ def main() -> None:
     a = p.parse_args()
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())  # one process: no rendezvous
     torch.set_num_threads(1)
-    names = {"fsdp": "FSDP2 per parameter", "batched": "one _foreach_copy_", "none": "no FSDP (bf16 weights)"}
+    names = {"fsdp": "FSDP2 per parameter", "batched": "one _foreach_copy_ each way", "none": "no FSDP (bf16 weights)"}
     rows = []
     for unshard in ("fsdp", "batched", "none") * 2:  # alternated: drift shows up as disagreeing repeats
         times = time_steps(a.params, a.dim, unshard, a.steps, a.warmup)
