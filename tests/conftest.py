@@ -1,6 +1,7 @@
 """Shared test helpers (pytest loads this file first; test modules import from it as ``conftest``):
 the repository root, the tiny model shapes, running a function on N gloo ranks (CPU), a free port,
-a run of ``scripts/run_train.sh`` with its per-step losses, and the fp32-vs-fp64 reassociation bound."""
+a run of ``scripts/run_train.sh`` with its per-step losses, the fp32-vs-fp64 reassociation bound, and
+a recorder of the aten ops a block of code dispatches."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost_titan.models import TransformerArgs
 
@@ -109,3 +111,16 @@ SLOWEST_FIRST = ("test_torchtitan_e2e.py", "test_faults.py", "test_bench_scripts
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+class DispatchedOps(TorchDispatchMode):
+    """``with DispatchedOps() as ops:`` records the name of every aten op the block dispatches
+    (``ops.names``), e.g. to count the kernels a code path issues."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))

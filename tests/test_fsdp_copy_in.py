@@ -6,19 +6,10 @@ which run with it installed."""
 import pytest
 import torch
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import foreach_reduce_scatter_copy_in
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost_titan.parallel.fsdp_copy_in import foreach_copy_in
 
-
-class _Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+from conftest import DispatchedOps
 
 
 def _both(shapes, world_size, dtype=torch.bfloat16, reduce_dtype=torch.float32, device="cpu"):
@@ -28,7 +19,7 @@ def _both(shapes, world_size, dtype=torch.bfloat16, reduce_dtype=torch.float32, 
     theirs = torch.full((padded,), float("nan"), dtype=reduce_dtype, device=device)
     ours = theirs.clone()
     foreach_reduce_scatter_copy_in(list(grads), theirs, world_size)
-    ops = _Ops()
+    ops = DispatchedOps()
     with ops:
         foreach_copy_in(list(grads), ours, world_size, fallback=foreach_reduce_scatter_copy_in)
     return theirs, ours, ops.names

@@ -196,18 +196,10 @@ def test_one_rank_wrapper_batched_cast_gives_fsdps_numbers(tmp_path):
 def _plain_fsdp_steps(rank, world_size, path, device="cpu"):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
+    from conftest import DispatchedOps as Ops
 
     out = {}
     # (batched, FSDP's gradient divide factor): 1.0 is torchtitan's; 4.0 must keep FSDP's own reduction
