@@ -168,13 +168,14 @@ def _batched_cast(rank, world_size, path):
     results = {}
     for batched in (False, True):
         results[batched] = {}
-        if not batched:  # FSDP2's own per-parameter cast and 1-rank reduction
-            real, parallelize.batch_one_rank_fsdp = parallelize.batch_one_rank_fsdp, lambda model: 0
+        if not batched:  # the reference: FSDP2's own cast, 1-rank reduction and copy-in (fsdp::chunk_cat)
+            real = parallelize.batch_one_rank_fsdp, parallelize._use_foreach_copy_in
+            parallelize.batch_one_rank_fsdp, parallelize._use_foreach_copy_in = (lambda model: 0), (lambda: None)
         try:
             _forward_dtypes(rank, world_size, {"tp": 2}, "bfloat16", results[batched])
         finally:
             if not batched:
-                parallelize.batch_one_rank_fsdp = real
+                parallelize.batch_one_rank_fsdp, parallelize._use_foreach_copy_in = real
     if rank == 0:
         torch.save(results, path)
 

@@ -214,7 +214,7 @@ def _use_foreach_copy_in() -> None:
     per process: for every FSDP2 module in it, ours included (the dense twin's and vanilla's the same)."""
     owner, name = patches.PATCHES["fsdp_foreach_copy_in"].owner_and_name()
     fsdp_own = getattr(owner, name)
-    if not isinstance(fsdp_own, functools.partial):
+    if getattr(fsdp_own, "func", None) is not foreach_copy_in:
         patches.apply("fsdp_foreach_copy_in", functools.partial(foreach_copy_in, fallback=fsdp_own))
         logger.info("FSDP2's reduce-scatter copy-in: one foreach copy (instead of fsdp::chunk_cat)")
 

@@ -78,7 +78,7 @@ PATCHES: dict[str, Patch] = {
     "fsdp_foreach_copy_in": Patch(
         "torch.distributed.fsdp._fully_shard._fsdp_collectives:foreach_reduce_scatter_copy_in", "torch 2.11-2.14",
         "FSDP2 packs the gradients for each reduce-scatter with fsdp::chunk_cat, whose host side grows with "
-        "the gradients' bytes (14 ms per step for the 7B tp 4 rank); one _foreach_copy_ writes the same "
+        "the gradients' bytes (14 ms per step for the 7B tp 4 rank, emulated trace); one _foreach_copy_ writes the same "
         "bytes (boost_titan/parallel/fsdp_copy_in.py; FSDP's own function for gradients that need padding)",
         "none filed: chunk_cat's per-block metadata is its design (pytorch#121081)"),
     "sync_free_train_step": Patch(

@@ -12,7 +12,7 @@ costs a few µs more per kernel), so these are a lower bound on the host time a 
 what grows with the gradients' size on a GPU (the host-side metadata of ``fsdp::chunk_cat``'s CUDA
 kernel, one entry per 2 KiB block of gradient) does not show at these sizes.
 
-    python -m scripts.bench.one_rank_fsdp_host --params 322 --out docs/results/one_rank_fsdp_host_cpu
+    python -m scripts.bench.one_rank_fsdp_host --params 322 --out docs/results/one_rank_fsdp_host_grads_cpu
 """
 
 from __future__ import annotations
