@@ -37,10 +37,36 @@ def test_the_shipped_configs_pass():
     pytest.param(["--boost.cudagraphs", "--compile.enable"], 2,
                  "cudagraphs=true needs a CUDA device; this run computes on cpu",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")),
+    pytest.param(["--boost.step_cudagraph"], 2,
+                 "step_cudagraph=true captures the train step as a CUDA graph: it needs a CUDA device; this run computes on cpu",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")),
 ])
 def test_each_problem_is_named(overrides, world, expected):
     found = problems(BASE + overrides, world)
     assert any(expected in p for p in found), found
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["--boost.cudagraphs", "--compile.enable"], "set [boost] cudagraphs = false (CUDA graphs cannot nest)"),
+    (["--parallelism.pipeline_parallel_degree", "2"], "needs pipeline_parallel_degree = 1 (got 2)"),
+    (["--optimizer.implementation", "foreach"], "implementation = 'fused' (got 'AdamW', 'foreach')"),
+    (["--optimizer.name", "SGD"], "(got 'SGD', 'fused')"),
+    (["--validation.enable"], "set validation.enable = false"),
+    ([], None),
+])
+def test_step_cudagraph_problems_on_a_cuda_device(overrides, expected):
+    """Each setting a captured step cannot run with is named, as on a GPU machine (the device is only
+    compared here, so this runs on the CPU)."""
+    from torchtitan.config import ConfigManager
+
+    import torchtitan_ext  # noqa: F401  (the [boost] section)
+    from torchtitan_ext.step_graph import step_cudagraph_problem
+
+    job = ConfigManager().parse_args(BASE + ["--boost.step_cudagraph", *overrides])
+    pp = job.parallelism.pipeline_parallel_degree
+    problem = step_cudagraph_problem(job, torch.device("cuda"), pp)
+    assert problem == expected if expected is None else expected in problem, problem
+    assert step_cudagraph_problem(ConfigManager().parse_args(BASE), torch.device("cpu"), 1) is None  # off: fine
 
 
 def test_eta_text_by_hand():

@@ -156,6 +156,9 @@ SPECS: dict[str, Spec] = {
     "dp2_tp2_stock": Spec(4, DP2_TP2, cost=33, train_file="tests.stock_trainer"),
     "dp2_accum": Spec(2, ACCUM),
     "dp2_accum_stock": Spec(2, ACCUM, train_file="tests.stock_trainer"),
+    # the step through [boost] step_cudagraph's buffers and tensor learning rate, uncaptured (tests/step_graph_trainer.py)
+    "dp2_tp2_graph": Spec(4, DP2_TP2, cost=33, train_file="tests.step_graph_trainer"),
+    "dp2_accum_graph": Spec(2, ACCUM, train_file="tests.step_graph_trainer"),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
 }
@@ -310,6 +313,9 @@ def _runs_for(item) -> list[str]:
     if name == "test_train_step_matches_torchtitans":
         return {"fsdp_tp": ["dp2_tp2", "dp2_tp2_stock"], "accum": ["dp2_accum", "dp2_accum_stock"]
                 }[params.get("layout", "fsdp_tp")]
+    if name == "test_step_graph_runs_the_plain_step":
+        return {"fsdp_tp": ["dp2_tp2_graph", "dp2_tp2"], "accum": ["dp2_accum_graph", "dp2_accum"]
+                }[params.get("layout", "fsdp_tp")]
     if name == "test_fsdp_tp_matches_fsdp":
         return ["dp2_tp2", "dp2"]
     if name == "test_pp_tp_matches_tp1":
@@ -408,6 +414,22 @@ def test_train_step_matches_torchtitans(runs, layout):
         for tag in ("loss_metrics/global_avg_loss", "loss_metrics/global_max_loss", "grad_norm"):
             assert ours.tensorboard(tag) == stock.tensorboard(tag) and len(stock.tensorboard(tag)) == 10, tag
         assert ours.tensorboard("n_tokens_seen")[1] == 2 * 2 * 2 * 64
+
+
+@pytest.mark.parametrize("layout", ["fsdp_tp", "accum"])
+def test_step_graph_runs_the_plain_step(runs, layout):
+    """What ``[boost] step_cudagraph`` captures and replays — the trainer's ``device_step`` on static
+    device buffers refilled each step, with the optimizer's learning rate a tensor the scheduler fills —
+    trains exactly as the plain step: same logged losses and gradient norms, bit for bit, under FSDP2 x
+    TP2 and with 2 microbatches per step, the schedule's warm-up and decay included. (The capture itself
+    needs CUDA: tests/test_step_graph.py.)"""
+    ours, plain = {"fsdp_tp": ("dp2_tp2_graph", "dp2_tp2"), "accum": ("dp2_accum_graph", "dp2_accum")}[layout]
+    ours, plain = runs.get(ours), runs.get(plain)
+    assert ours.metric_strings() == plain.metric_strings() and len(plain.metric_strings()) == 10
+    if layout == "accum":
+        for tag in ("loss_metrics/global_avg_loss", "grad_norm", "lr"):
+            assert ours.tensorboard(tag) == plain.tensorboard(tag) and len(plain.tensorboard(tag)) == 10, tag
+        assert len(set(plain.tensorboard("lr").values())) > 5  # the schedule moved the rate every step
 
 
 @pytest.mark.parametrize("schedule", list(PP_STAGES))

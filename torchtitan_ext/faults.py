@@ -132,6 +132,7 @@ class NonFiniteGuard:
         self.step: int | None = None  # the step being guarded (torchtitan's numbering)
         self._pending = None  # (step, host flag, event): a fused step's flag, read one step later
         self._host_flag = None
+        self._replaying = False  # [boost] step_cudagraph replays this guard's captured flag copy
         self.hand_offs.guards.append(self)
 
     @staticmethod
@@ -178,6 +179,23 @@ class NonFiniteGuard:
             for p in params:
                 p.grad = None  # AdamW skips parameters without a gradient
             self._report(self.step, applied_later=False)
+
+    def replayed(self, first: bool) -> None:
+        """``[boost] step_cudagraph`` has just replayed the captured step (``first``: the replay right after
+        the capture), whose graph holds this guard's flag copy to pinned memory: arm the read of that flag
+        as a step of :meth:`__call__` does. The event recorded inside the capture cannot be waited on, so a
+        new one is recorded behind the replay."""
+        import torch
+
+        if first:  # a guard that computed no flag in the capture (no gradients, the fake backend) stays off
+            self._replaying = self._pending is not None and self._pending[2] is not None
+        if not self._replaying:
+            return
+        if not first:
+            self.step += 1
+        event = torch.cuda.Event()
+        event.record()
+        self._pending = (self.step, self._host_flag, event)
 
     def _to_host(self, flag):
         import torch

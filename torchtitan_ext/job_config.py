@@ -65,6 +65,13 @@ class Boost:
     stop being host-bound. Needs compile.enable and a CUDA device; costs the graphs' memory pool (the
     activations live in it) and a recording in the first steps."""
 
+    step_cudagraph: bool = False
+    """Capture the whole train step (forward, backward, FSDP's casts and collectives, clipping, the
+    optimizer) once as one CUDA graph and replay it: the host's per-step work shrinks to two input copies
+    and a replay, so small micro-batches stop being host-bound. Needs a CUDA device, fused Adam/AdamW,
+    no pipeline parallelism or validation, and [boost] cudagraphs off (graphs cannot nest); the first 2
+    steps run eagerly, the third is captured. Compile the blocks as well: the graph holds their kernels."""
+
     skip_nonfinite_steps: bool = False
     """A step whose loss or gradient is inf/nan stops the run before its optimizer step (no checkpoint
     of that state is written); true: skip such a step (weights and optimizer state kept) and go on."""

@@ -53,10 +53,12 @@ def problems(argv: list[str], world_size: int, nodes: int = 1, node_rank: str = 
     import torch
 
     from torchtitan_ext.parallelize import cudagraphs_problem, kernel_problems
+    from torchtitan_ext.step_graph import step_cudagraph_problem
 
     out += kernel_problems(job.boost, args, tp, pp)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the ranks' device (run_train.sh)
-    out += [p for p in [cudagraphs_problem(job.boost, job.compile, device)] if p]
+    out += [p for p in [cudagraphs_problem(job.boost, job.compile, device),
+                        step_cudagraph_problem(job, device, pp)] if p]
     ac = job.activation_checkpoint
     if job.boost.lowrank_checkpoint and ac.mode != "none":
         out.append(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode="

@@ -39,6 +39,7 @@ from torchtitan.distributed import utils as dist_utils
 
 from .faults import check_nonfinite_at_exit
 from .hf_adapter import write_metadata_after_hf_save
+from .step_graph import StepGraph, step_cudagraph_problem
 from .train_spec import registered_hand_offs
 
 
@@ -48,42 +49,27 @@ class Trainer(titan_train.Trainer):
         ckpt = job_config.checkpoint
         if job_config.model.name == "cola_llama" and ckpt.enable and ckpt.last_save_in_hf:
             write_metadata_after_hf_save(self.checkpointer, self.model_args)
+        self.step_graph = None
+        if getattr(job_config, "boost", None) is not None and job_config.boost.step_cudagraph:
+            pp = self.parallel_dims.pp if self.parallel_dims.pp_enabled else 1
+            if problem := step_cudagraph_problem(job_config, self.device, pp):
+                raise ValueError(problem)
+            self.step_graph = StepGraph(self)
 
     def train_step(self, data_iterator):
         """torchtitan 0.2.2's ``Trainer.train_step`` without its host-device syncs (see the module)."""
-        self.optimizers.zero_grad()
         lr = self.lr_schedulers.schedulers[0].get_last_lr()[0]  # this step's, for logging
         parallel_dims = self.parallel_dims
 
         # all microbatches of the step are drawn first: the loss is scaled by the step's token count
         microbatches = [next(data_iterator) for _ in range(self.gradient_accumulation_steps)]
-        local_valid_tokens = sum((labels != IGNORE_INDEX).sum() for _, labels in microbatches)
-        local_valid_tokens = _to_device(local_valid_tokens, self.device)
-        if parallel_dims.dp_enabled:  # summed over the batch ranks, left on the device (no .item())
-            batch_mesh = parallel_dims.get_mesh("batch")
-            global_valid_tokens = funcol.all_reduce(local_valid_tokens, "sum", group=batch_mesh).float()
+        self.checkpointer.maybe_wait_for_staging()  # an async save's copy of the weights is complete
+        if self.step_graph is not None:
+            loss, grad_norm, local_valid_tokens, global_valid_tokens = self.step_graph(microbatches)
         else:
-            global_valid_tokens = local_valid_tokens.float()
-
-        accumulated_losses = []
-        for input_dict, labels in microbatches:
-            input_dict = {k: _to_device(v, self.device) if isinstance(v, torch.Tensor) else v
-                          for k, v in input_dict.items()}
-            loss = self.forward_backward_step(input_dict=input_dict, labels=_to_device(labels, self.device),
-                                              global_valid_tokens=global_valid_tokens)
-            accumulated_losses.append(loss.detach())
-
-        grad_norm = dist_utils.clip_grad_norm_(  # looked up at call time: the project's patch applies
-            [p for m in self.model_parts for p in m.parameters()],
-            self.job_config.training.max_norm,
-            foreach=True,
-            pp_mesh=parallel_dims.get_optional_mesh("pp"),
-            ep_enabled=parallel_dims.ep_enabled,
-        )
-        self.checkpointer.maybe_wait_for_staging()
-        self.optimizers.step()
+            loss, grad_norm, local_valid_tokens, global_valid_tokens = self.device_step(
+                [microbatch_to_device(mb, self.device) for mb in microbatches])
         self.lr_schedulers.step()
-        loss = torch.sum(torch.stack(accumulated_losses))  # local loss sum / global token count
 
         if not self.metrics_processor.should_log(self.step):
             return
@@ -98,10 +84,50 @@ class Trainer(titan_train.Trainer):
             global_avg_loss = global_max_loss = loss.item()
             global_ntokens_seen = self.ntokens_seen
         self.metrics_processor.log(self.step, global_avg_loss, global_max_loss, grad_norm.item(),
-                                   extra_metrics={"n_tokens_seen": global_ntokens_seen, "lr": lr})
+                                   extra_metrics={"n_tokens_seen": global_ntokens_seen, "lr": float(lr)})
+
+    def device_step(self, microbatches):
+        """A step's device work on microbatches already on the device: the token count, forward and
+        backward of each microbatch, clipping and the optimizer step, with no host sync (what
+        ``[boost] step_cudagraph`` captures). Returns (loss, gradient norm, local and global token counts)."""
+        self.optimizers.zero_grad()
+        parallel_dims = self.parallel_dims
+        local_valid_tokens = sum((labels != IGNORE_INDEX).sum() for _, labels in microbatches)
+        if parallel_dims.dp_enabled:  # summed over the batch ranks, left on the device (no .item())
+            batch_mesh = parallel_dims.get_mesh("batch")
+            global_valid_tokens = funcol.all_reduce(local_valid_tokens, "sum", group=batch_mesh).float()
+        else:
+            global_valid_tokens = local_valid_tokens.float()
+
+        accumulated_losses = []
+        for input_dict, labels in microbatches:
+            loss = self.forward_backward_step(input_dict=input_dict, labels=labels,
+                                              global_valid_tokens=global_valid_tokens)
+            accumulated_losses.append(loss.detach())
+
+        grad_norm = dist_utils.clip_grad_norm_(  # looked up at call time: the project's patch applies
+            [p for m in self.model_parts for p in m.parameters()],
+            self.job_config.training.max_norm,
+            foreach=True,
+            pp_mesh=parallel_dims.get_optional_mesh("pp"),
+            ep_enabled=parallel_dims.ep_enabled,
+        )
+        self.optimizers.step()
+        loss = torch.sum(torch.stack(accumulated_losses))  # local loss sum / global token count
+        return loss, grad_norm, local_valid_tokens, global_valid_tokens
+
+    def nonfinite_guards(self):
+        """The run's non-finite guards (``faults.NonFiniteGuard``), which :class:`StepGraph` arms per replay."""
+        return registered_hand_offs().guards
 
 
-def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+def microbatch_to_device(microbatch, device: torch.device):
+    """A loader's ``(input_dict, labels)`` with its tensors on ``device`` (:func:`to_device`)."""
+    inputs, labels = microbatch
+    return {k: to_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}, to_device(labels, device)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on ``device`` without waiting for the GPU: a pageable copy to CUDA waits for all
     queued work, a copy from pinned memory does not (the caching host allocator keeps the pinned
     buffer until the copy has run)."""

@@ -39,7 +39,7 @@ COMPILE = ["--compile.enable"]
 # suffixes a variant name may carry, "+"-joined, to run it with these kernels (the same for both families)
 KERNELS = {"flash": ["--boost.attention", "flash"], "fused": ["--boost.fused_cross_entropy"],
            "fp8": ["--boost.float8", "rowwise"], "fp8tw": ["--boost.float8", "tensorwise"],
-           "cg": ["--boost.cudagraphs"]}
+           "cg": ["--boost.cudagraphs"], "sg": ["--boost.step_cudagraph"]}
 BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
@@ -259,7 +259,8 @@ def main() -> None:
                         "(flash-attn-4); `+fused`: lm_head fused with the loss (liger-kernel); `+fp8` / `+fp8tw`: "
                         "torchao float8 rowwise / tensorwise GEMMs in every projection (MFU still against the bf16 peak); "
                         "`+cg`: `[boost] cudagraphs` (compiled blocks replayed as CUDA graphs; their first steps "
-                        "re-record: time them after --skip 10); `+bN`: local batch N; "
+                        "re-record: time them after --skip 10); `+sg`: `[boost] step_cudagraph` (the whole train step "
+                        "captured once at step 3 and replayed); `+bN`: local batch N; "
                         "`+mbNN`: torchtitan's `memory_budget` activation checkpointing at NN %.")
     if profiles:
         print_table(profiles)

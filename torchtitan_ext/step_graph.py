@@ -1,0 +1,155 @@
+"""``[boost] step_cudagraph``: the whole train step captured once as one CUDA graph and replayed.
+
+Why: at small micro-batches a low-rank model's step on an H200 is set by the host. Per-block CUDA
+graphs (``[boost] cudagraphs``) remove the kernel launches inside the blocks, but a 7B tp 4 rank still
+walks ~100 ms of Python per step at local batch 1 on a slow host (FSDP2's per-parameter hooks, the
+compiled regions' wrappers, AccumulateGrad and the optimizer for 322 parameters,
+``docs/results/7b_tp4_sync_free_step_emulated.md``) against ~70 ms of GPU work. Captured whole, a step
+costs the host one ``replay()`` and two input copies; everything inside — FSDP2's casts, all-gathers and
+reduce-scatters, the compiled blocks, the loss, gradient clipping, the fused AdamW step — runs as
+recorded.
+
+What that requires, and how this module provides it:
+
+- **static inputs**: each step's microbatches are copied into the same device buffers (from pinned
+  memory, without waiting for the GPU); the shapes must not change (they do not: torchtitan's loaders
+  yield fixed ``[local_batch, seq_len]`` batches).
+- **no host synchronisation inside the step**: the trainer's step is sync-free already
+  (``torchtitan_ext/train.py``); the non-finite guard's flag travels to pinned memory inside the graph
+  and is read after the replay (:meth:`faults.NonFiniteGuard.replayed`).
+- **an optimizer whose step is recorded, not baked**: fused Adam / AdamW with ``capturable=True``
+  (its step counter on the device) and a tensor learning rate, which torch's LR schedulers update in
+  place (``fill_``) outside the graph.
+- **no nested graphs**: per-block cudagraph trees cannot run inside a capture.
+- **warm-up**: the first steps run eagerly on the capture stream (compilation, cuBLAS workspaces,
+  NCCL communicators, FSDP2's lazy initialisation), then one step is captured and replayed.
+
+Off a GPU (CPU tests) the same step runs eagerly through the same buffers every time
+(``capture=False``): what the tests compare against the trainer's plain step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WARMUP_STEPS = 2  # eager steps on the capture stream before the capture
+
+
+def step_cudagraph_problem(job_config, device: torch.device, pp: int) -> str | None:
+    """Why ``[boost] step_cudagraph`` cannot apply to this job (one line naming the setting); None: fine."""
+    boost = job_config.boost
+    if not boost.step_cudagraph:
+        return None
+    if device.type != "cuda":
+        return ("[boost] step_cudagraph=true captures the train step as a CUDA graph: it needs a CUDA device; "
+                f"this run computes on {device.type}")
+    if boost.cudagraphs:
+        return ("[boost] step_cudagraph=true already replays the compiled blocks inside the step's graph: "
+                "set [boost] cudagraphs = false (CUDA graphs cannot nest)")
+    if pp > 1:
+        return (f"[boost] step_cudagraph=true needs pipeline_parallel_degree = 1 (got {pp}): "
+                "the pipeline schedules run on the host")
+    opt = job_config.optimizer
+    if opt.name not in ("Adam", "AdamW") or opt.implementation != "fused":
+        return (f"[boost] step_cudagraph=true needs optimizer.name = 'AdamW' or 'Adam' with implementation = 'fused' "
+                f"(got {opt.name!r}, {opt.implementation!r}): its step must run on the device, counter included")
+    if job_config.validation.enable:
+        return "[boost] step_cudagraph=true does not run validation between replays yet: set validation.enable = false"
+    return None
+
+
+class StepGraph:
+    """The train step of ``trainer`` (:meth:`torchtitan_ext.train.Trainer.device_step`) as one CUDA graph.
+
+    Call it with a step's microbatches (host tensors, as the data loader yields them); it returns what
+    ``device_step`` returns, as tensors the next replay overwrites (read them before the next call).
+    """
+
+    def __init__(self, trainer, capture: bool = True):
+        self.trainer, self.capture = trainer, capture
+        self.static = None  # [(input_dict, labels)] on the device: the graph's inputs
+        self.outputs = None  # the captured step's outputs
+        self.graph = None
+        self.eager_steps = 0
+        self.stream = torch.cuda.Stream() if capture else None
+
+    def __call__(self, microbatches):
+        if self.static is None:  # the first step: a resumed run has loaded its optimizer state by now
+            for opt in self.trainer.optimizers.optimizers:
+                _device_side(opt, self.trainer.device, capturable=self.capture)
+        self._stage(microbatches)
+        if self.graph is None and not (self.capture and self.eager_steps >= WARMUP_STEPS):
+            self.eager_steps += 1
+            return self._on_stream(lambda: self.trainer.device_step(self.static))
+        guards = self.trainer.nonfinite_guards()
+        first = self.graph is None
+        if first:
+            self._capture(guards)
+        else:
+            for guard in guards:
+                guard.check()  # the previous replay's flag (waits for that step only)
+        self.graph.replay()
+        for guard in guards:
+            guard.replayed(first)
+        return self.outputs
+
+    def _stage(self, microbatches) -> None:
+        """Copy the microbatches into the static device buffers (allocated at the first call)."""
+        from torchtitan_ext.train import microbatch_to_device
+
+        if self.static is None:
+            self.static = [microbatch_to_device(mb, self.trainer.device) for mb in microbatches]
+            return
+        if len(microbatches) != len(self.static):
+            raise ValueError(f"[boost] step_cudagraph: {len(microbatches)} microbatches in this step, "
+                             f"{len(self.static)} when the step was captured")
+        for (inputs, labels), (static_inputs, static_labels) in zip(microbatches, self.static, strict=True):
+            for key, buffer in [*((k, static_inputs[k]) for k in inputs if isinstance(inputs[k], torch.Tensor)),
+                                ("labels", static_labels)]:
+                value = labels if key == "labels" else inputs[key]
+                if value.shape != buffer.shape:
+                    raise ValueError(f"[boost] step_cudagraph: {key} of shape {tuple(value.shape)} in this step, "
+                                     f"{tuple(buffer.shape)} when the step was captured (the graph's inputs are fixed)")
+                buffer.copy_(value.pin_memory() if buffer.is_cuda else value, non_blocking=True)
+
+    def _on_stream(self, fn):
+        """``fn()`` on the capture stream (CUDA's recipe: warm-up where the capture will run), joined back."""
+        if self.stream is None:
+            return fn()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            out = fn()
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return out
+
+    def _capture(self, guards) -> None:
+        for guard in guards:
+            guard.check()  # nothing may wait on the host while the capture runs
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            self.outputs = self.trainer.device_step(self.static)
+        from torchtitan.tools.logging import logger
+
+        pool = torch.cuda.memory_reserved() / 2**30
+        logger.info(f"[boost] step_cudagraph: captured the train step as a CUDA graph after {self.eager_steps} eager "
+                    f"steps; replaying it from now on ({pool:.2f} GiB reserved)")
+
+
+def _device_side(opt, device: torch.device, capturable: bool) -> None:
+    """Make a fused Adam / AdamW step graph-safe: a tensor learning rate (schedulers ``fill_`` it) and,
+    for a capture, ``capturable`` with its step counters on the device.
+
+    The rate's dtype is what the fused kernel reads: float32 on CUDA (so the rate is rounded to float32;
+    a Python float reaches that kernel as a double, which changes an update by at most an ulp), float64
+    on the CPU (the same numbers as a Python float, bit for bit)."""
+    dtype = torch.float32 if device.type == "cuda" else torch.float64
+    for group in opt.param_groups:
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(group["lr"], dtype=dtype, device=device)
+        if capturable:
+            group["capturable"] = True
+    if capturable:
+        for state in opt.state.values():
+            if "step" in state:
+                state["step"] = state["step"].to(device=device, dtype=torch.float32)
