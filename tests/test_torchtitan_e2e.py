@@ -114,6 +114,8 @@ SPECS: dict[str, Spec] = {
     "dp2_tp2_lowrank": Spec(4, tiny(*TP2, "--parallelism.data_parallel_shard_degree", "2",
                                     "--boost.lowrank_checkpoint"), cost=33),
     "resume": Spec(2, CKPT, cost=18, resume_from="ckpt"),
+    # the same resume through [boost] step_cudagraph's step, uncaptured (tests/step_graph_trainer.py)
+    "resume_graph": Spec(2, CKPT, cost=18, resume_from="ckpt", train_file="tests.step_graph_trainer"),
     # the configs' defaults: save every 5 of 10 steps, then the same command for 20 steps resumes at 11
     "ckpt_short": Spec(2, tiny(*TP2, "--checkpoint.enable", "--checkpoint.interval", "5", steps=10), cost=14),
     "resume_short": Spec(2, tiny(*TP2, "--checkpoint.enable", "--checkpoint.interval", "5", steps=20), cost=16,
@@ -313,6 +315,8 @@ def _runs_for(item) -> list[str]:
     if name == "test_train_step_matches_torchtitans":
         return {"fsdp_tp": ["dp2_tp2", "dp2_tp2_stock"], "accum": ["dp2_accum", "dp2_accum_stock"]
                 }[params.get("layout", "fsdp_tp")]
+    if name == "test_step_graph_resumes_a_plain_checkpoint":
+        return ["ckpt", "resume_graph"]
     if name == "test_step_graph_runs_the_plain_step":
         return {"fsdp_tp": ["dp2_tp2_graph", "dp2_tp2"], "accum": ["dp2_accum_graph", "dp2_accum"]
                 }[params.get("layout", "fsdp_tp")]
@@ -430,6 +434,16 @@ def test_step_graph_runs_the_plain_step(runs, layout):
         for tag in ("loss_metrics/global_avg_loss", "grad_norm", "lr"):
             assert ours.tensorboard(tag) == plain.tensorboard(tag) and len(plain.tensorboard(tag)) == 10, tag
         assert len(set(plain.tensorboard("lr").values())) > 5  # the schedule moved the rate every step
+
+
+def test_step_graph_resumes_a_plain_checkpoint(runs):
+    """The step-graph trainer keeps the optimizer's and schedulers' state as the plain one does (float
+    rates outside the step), so it resumes the plain run's step-15 checkpoint, reproduces steps 16-30
+    bit-exactly and saves its own."""
+    full, resumed = runs.get("ckpt"), runs.get("resume_graph")
+    assert "checkpoint/step-15" in resumed.log and "Training starts at step 16" in resumed.log
+    assert resumed.metric_strings() == {s: v for s, v in full.metric_strings().items() if s > 15}
+    assert (resumed.dump / "checkpoint" / "step-30").is_dir()
 
 
 @pytest.mark.parametrize("schedule", list(PP_STAGES))

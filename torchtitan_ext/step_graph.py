@@ -18,8 +18,8 @@ What that requires, and how this module provides it:
   (``torchtitan_ext/train.py``); the non-finite guard's flag travels to pinned memory inside the graph
   and is read after the replay (:meth:`faults.NonFiniteGuard.replayed`).
 - **an optimizer whose step is recorded, not baked**: fused Adam / AdamW with ``capturable=True``
-  (its step counter on the device) and a tensor learning rate, which torch's LR schedulers update in
-  place (``fill_``) outside the graph.
+  (its step counter on the device) and a learning rate read from a device tensor, which is refilled
+  from the scheduler before every replay (:class:`_GraphSafeRates`).
 - **no nested graphs**: per-block cudagraph trees cannot run inside a capture.
 - **warm-up**: the first steps run eagerly on the capture stream (compilation, cuBLAS workspaces,
   NCCL communicators, FSDP2's lazy initialisation), then one step is captured and replayed.
@@ -71,12 +71,15 @@ class StepGraph:
         self.outputs = None  # the captured step's outputs
         self.graph = None
         self.eager_steps = 0
+        self.rates = None  # _GraphSafeRates per optimizer
         self.stream = torch.cuda.Stream() if capture else None
 
     def __call__(self, microbatches):
-        if self.static is None:  # the first step: a resumed run has loaded its optimizer state by now
-            for opt in self.trainer.optimizers.optimizers:
-                _device_side(opt, self.trainer.device, capturable=self.capture)
+        if self.rates is None:  # at the first step: a resumed run has loaded its optimizer state by now
+            self.rates = [_GraphSafeRates(opt, self.trainer.device, self.capture)
+                          for opt in self.trainer.optimizers.optimizers]
+        for rates in self.rates:
+            rates.refresh()
         self._stage(microbatches)
         if self.graph is None and not (self.capture and self.eager_steps >= WARMUP_STEPS):
             self.eager_steps += 1
@@ -136,20 +139,35 @@ class StepGraph:
                     f"steps; replaying it from now on ({pool:.2f} GiB reserved)")
 
 
-def _device_side(opt, device: torch.device, capturable: bool) -> None:
-    """Make a fused Adam / AdamW step graph-safe: a tensor learning rate (schedulers ``fill_`` it) and,
-    for a capture, ``capturable`` with its step counters on the device.
+class _GraphSafeRates:
+    """A fused Adam / AdamW step that a graph can record: during ``step()`` each group's learning rate is a
+    device tensor (refreshed from the scheduler's float before every step, outside the graph) and, for a
+    capture, ``capturable`` is on (the fused kernel then reads its step counters on the device, where it
+    keeps them anyway). Outside ``step()`` the groups hold the floats the schedulers and checkpoints know,
+    so a run's state dicts look the same with and without the step graph.
 
     The rate's dtype is what the fused kernel reads: float32 on CUDA (so the rate is rounded to float32;
     a Python float reaches that kernel as a double, which changes an update by at most an ulp), float64
     on the CPU (the same numbers as a Python float, bit for bit)."""
-    dtype = torch.float32 if device.type == "cuda" else torch.float64
-    for group in opt.param_groups:
-        if not isinstance(group["lr"], torch.Tensor):
-            group["lr"] = torch.tensor(group["lr"], dtype=dtype, device=device)
-        if capturable:
-            group["capturable"] = True
-    if capturable:
-        for state in opt.state.values():
-            if "step" in state:
-                state["step"] = state["step"].to(device=device, dtype=torch.float32)
+
+    def __init__(self, opt, device: torch.device, capturable: bool):
+        dtype = torch.float32 if device.type == "cuda" else torch.float64
+        self.opt, self.capturable, self.saved = opt, capturable, None
+        self.rates = [torch.tensor(float(group["lr"]), dtype=dtype, device=device) for group in opt.param_groups]
+        opt.register_step_pre_hook(self._swap_in)
+        opt.register_step_post_hook(self._swap_out)
+
+    def refresh(self) -> None:
+        """This step's rates into the device tensors (a fill kernel each: no host sync)."""
+        for rate, group in zip(self.rates, self.opt.param_groups, strict=True):
+            rate.fill_(group["lr"])
+
+    def _swap_in(self, opt, args, kwargs) -> None:
+        self.saved = [(group["lr"], group["capturable"]) for group in opt.param_groups]
+        for rate, group in zip(self.rates, opt.param_groups, strict=True):
+            group["lr"] = rate
+            group["capturable"] = group["capturable"] or self.capturable
+
+    def _swap_out(self, opt, args, kwargs) -> None:
+        for (lr, capturable), group in zip(self.saved, opt.param_groups, strict=True):
+            group["lr"], group["capturable"] = lr, capturable
