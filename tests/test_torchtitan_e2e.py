@@ -425,8 +425,9 @@ def test_step_graph_runs_the_plain_step(runs, layout):
     """What ``[boost] step_cudagraph`` captures and replays — the trainer's ``device_step`` on static
     device buffers refilled each step, with the optimizer's learning rate a tensor the scheduler fills —
     trains exactly as the plain step: same logged losses and gradient norms, bit for bit, under FSDP2 x
-    TP2 and with 2 microbatches per step, the schedule's warm-up and decay included. (The capture itself
-    needs CUDA: tests/test_step_graph.py.)"""
+    TP2 and with 2 microbatches per step, the schedule's warm-up and decay included; and from the third
+    step on (the one a GPU captures) the step reads no tensor on the host (the run fails otherwise,
+    tests/step_graph_trainer.py). The capture itself needs CUDA: tests/test_step_graph.py."""
     ours, plain = {"fsdp_tp": ("dp2_tp2_graph", "dp2_tp2"), "accum": ("dp2_accum_graph", "dp2_accum")}[layout]
     ours, plain = runs.get(ours), runs.get(plain)
     assert ours.metric_strings() == plain.metric_strings() and len(plain.metric_strings()) == 10

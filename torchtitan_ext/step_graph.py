@@ -81,16 +81,15 @@ class StepGraph:
         for rates in self.rates:
             rates.refresh()
         self._stage(microbatches)
+        guards = self.trainer.nonfinite_guards()
+        for guard in guards:
+            guard.check()  # the previous step's flag (waits for that step only), outside the step's work
         if self.graph is None and not (self.capture and self.eager_steps >= WARMUP_STEPS):
             self.eager_steps += 1
             return self._on_stream(lambda: self.trainer.device_step(self.static))
-        guards = self.trainer.nonfinite_guards()
         first = self.graph is None
         if first:
-            self._capture(guards)
-        else:
-            for guard in guards:
-                guard.check()  # the previous replay's flag (waits for that step only)
+            self._capture()
         self.graph.replay()
         for guard in guards:
             guard.replayed(first)
@@ -125,9 +124,7 @@ class StepGraph:
         torch.cuda.current_stream().wait_stream(self.stream)
         return out
 
-    def _capture(self, guards) -> None:
-        for guard in guards:
-            guard.check()  # nothing may wait on the host while the capture runs
+    def _capture(self) -> None:
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=self.stream):
