@@ -312,3 +312,37 @@ def test_host_floor_per_fsdp_unit_kind():
         assert plan.host_seconds(FLAVORS["7B"], layout) == pytest.approx(32 * per_block[key])
     assert plan.host_seconds(FLAVORS["7B"], plan.Layout("btp", 4, 1, 1, "none", units="stage")) == \
         pytest.approx(32 * per_block["one_rank"])  # no FSDP across ranks: the 1-rank wrapper's floor
+
+
+def test_step_graph_replaces_the_per_block_host_floor():
+    """``--step-graph`` (``[boost] step_cudagraph``): a layout without pipeline stages pays the measured
+    fixed host time per step instead of one per block, and the graph's memory pool; a host-bound layout
+    becomes GPU-bound and faster, a GPU-bound one keeps its step; pipeline layouts are left as they are."""
+    from boost_titan.planner.costs import measured_constants
+
+    graph = measured_constants()["step_graph"]
+    args = FLAVORS["7B"]
+    layout = plan.Layout("btp", 4, 1, 2, "none", units="stage")
+    captured = dataclasses.replace(layout, step_graph=True)
+    assert plan.host_seconds(args, captured) == graph["host_s"] < plan.host_seconds(args, layout)
+    extra = plan.memory(args, captured, 1, 4096)["total_bytes"] - plan.memory(args, layout, 1, 4096)["total_bytes"]
+    assert extra == pytest.approx(graph["pool_gib"] * plan.GiB)
+    assert plan.train_command("7B", captured, 1, 4096).endswith("--boost.step_cudagraph")
+
+    def rows(step_graph, batch):
+        return {(r["strategy"], r["tp"], r["pp"], r["dp"], r["units"], r["ac"]): r
+                for r in plan.plan("7B", 8, batch=batch, step_graph=step_graph)}
+
+    for batch in (1, 4):
+        plain, graphed = rows(False, batch), rows(True, batch)
+        assert plain.keys() == graphed.keys()
+        for key, r in graphed.items():
+            p = plain[key]
+            if key[2] > 1:  # pipeline stages: no step graph
+                assert not r["step_graph"] and r["step_s"] == p["step_s"] and r["host_s"] == p["host_s"]
+                continue
+            assert r["step_graph"] and r["host_s"] == graph["host_s"] and r["step_s"] <= p["step_s"]
+            if p["bound"] == "gpu":
+                assert r["step_s"] == pytest.approx(p["step_s"])
+    b1 = rows(True, 1)[("btp", 4, 1, 2, "stage", "none")]
+    assert rows(False, 1)[("btp", 4, 1, 2, "stage", "none")]["bound"] == "host" and b1["bound"] == "gpu"

@@ -31,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
                    help="pipeline layouts: sequences per microbatch (BOOST: 4); must divide --batch")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--step-graph", action="store_true",
+                   help="layouts without pipeline stages run [boost] step_cudagraph (the step replayed as one "
+                        "CUDA graph: a fixed host time per step instead of one per block)")
     return p
 
 
@@ -43,18 +46,21 @@ def run(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[list[dict], 
         p.error(f"--nodes {a.nodes} and --gpus {a.gpus} must be positive")
     if a.flavor not in predict.FLAVORS:
         p.error(f"--flavor {a.flavor!r} is unknown; choose one of {', '.join(predict.FLAVORS)}")
-    rows = predict.plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch, a.nodes, a.global_batch)
+    rows = predict.plan(a.flavor, a.gpus, a.gpu_mem, a.batch, a.seq, a.microbatch, a.nodes, a.global_batch,
+                        step_graph=a.step_graph)
     fitting = [r for r in rows if r["fits"]]
     pipe = f", pipeline microbatch {a.microbatch}" if a.microbatch > 1 else ""
     where = f"{a.gpus} GPUs" if a.nodes == 1 else f"{a.nodes} nodes x {a.gpus} GPUs"
     batch = f"local batch {a.batch}" if a.global_batch is None else f"global batch {a.global_batch}"
-    title = f"{a.flavor} on {where} of {a.gpu_mem:g} GiB, {batch} x {a.seq}{pipe}"
+    graph = ", step graph where pp = 1" if a.step_graph else ""
+    title = f"{a.flavor} on {where} of {a.gpu_mem:g} GiB, {batch} x {a.seq}{pipe}{graph}"
     print(f"{title}: {len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.planner --help)")
     rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     print(format_table([r for r in rounded if r["fits"]][:a.top], COLUMNS), end="")
     if fitting:
         units = fitting[0]["units"] if fitting[0]["units"] != "-" else "block"
-        best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")), units)
+        best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")), units,
+                              fitting[0]["step_graph"])
         print(f"run the first one (add a config file and the job's other settings):\n  "
               f"{predict.train_command(a.flavor, best, fitting[0]['batch'], a.seq, a.microbatch, a.nodes)}")
         if a.nodes > 1:

@@ -52,6 +52,10 @@ Every number printed is a prediction from three parts, each stated here so it ca
   GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
   model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
   activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
+* **Host floor**: no step is predicted shorter than the host's time to issue it (``host_seconds``): a
+  measured time per block and pass (``host_per_block_s``); with ``--step-graph`` (``[boost]
+  step_cudagraph``, layouts without pipeline stages) a fixed measured time per step instead, and the
+  graph's memory pool (``step_graph``).
 
 The measured constants live in ``measured_h200.json`` beside this file, each with its source.
 """
@@ -59,7 +63,7 @@ The measured constants live in ``measured_h200.json`` beside this file, each wit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from boost_titan.models import FLAVORS, TransformerArgs
 from boost_titan.models.args import flops_per_token, linear_params_per_layer
@@ -101,6 +105,7 @@ class Layout:
     ac: str
     rep: int = 1  # HSDP: replicas (torchtitan's data_parallel_replicate_degree), sharded inside a node
     units: str = "block"  # FSDP across ranks: one unit per block ("block") or the whole stage ("stage")
+    step_graph: bool = False  # [boost] step_cudagraph (pp = 1): the step replayed as one CUDA graph
 
     @property
     def shard(self) -> int:
@@ -174,7 +179,8 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     else:  # full: each layer's bf16 input (the stream in the strategy's layout) + one layer recomputed
         stream = math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))
         acts = 2 * stream * layers * inflight + per_layer
-    return {"params": params, "states_bytes": states, "activation_bytes": acts, "total_bytes": states + acts}
+    pool = measured_constants()["step_graph"]["pool_gib"] * GiB if layout.step_graph else 0.0
+    return {"params": params, "states_bytes": states, "activation_bytes": acts + pool, "total_bytes": states + acts + pool}
 
 
 def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1, nodes: int = 1) -> str:
@@ -189,6 +195,8 @@ def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch:
              *AC_FLAGS[layout.ac]]
     if layout.units == "stage" and layout.shard > 1:
         flags += ["--boost.fsdp_blocks_per_unit", str(FLAVORS[flavor].n_layers // layout.pp)]
+    if layout.step_graph:
+        flags += ["--boost.step_cudagraph"]
     if layout.pp > 1:
         flags += ["--parallelism.pipeline_parallel_microbatch_size", str(microbatch_of(layout, batch, microbatch))]
     gpus = layout.tp * layout.pp * layout.dp
@@ -270,7 +278,10 @@ def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> floa
     """The host's least time per step (Python, hooks, dispatch, launches): the measured host time per
     block and forward + backward pass (``measured_h200.json`` ``host_per_block_s``: under FSDP across
     ranks with per-block units or one unit, or under the 1-rank mixed-precision wrapper / one GPU), times
-    the rank's blocks and the passes (pipeline microbatches)."""
+    the rank's blocks and the passes (pipeline microbatches). A step replayed as one CUDA graph
+    (``layout.step_graph``) costs the host a fixed time per step instead (``step_graph`` ``host_s``)."""
+    if layout.step_graph:
+        return measured_constants()["step_graph"]["host_s"]
     entry = measured_constants()["host_per_block_s"]
     if layout.shard == 1:
         per_block = entry["one_rank"]
@@ -280,14 +291,15 @@ def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> floa
 
 
 def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
-         microbatch: int = 1, nodes: int = 1, global_batch: int | None = None) -> list[dict]:
+         microbatch: int = 1, nodes: int = 1, global_batch: int | None = None, step_graph: bool = False) -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
     (tokens/s per GPU: layouts with more data parallelism process more tokens per step).
 
     ``gpus`` per node, on ``nodes`` nodes (a tp group stays inside a node; the column ``crosses`` names
     the dimensions whose collectives cross the network). ``global_batch`` (sequences per step): each
     layout's local batch is ``global_batch / dp`` (strong scaling; a layout whose dp does not divide it,
-    or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``."""
+    or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``.
+    ``step_graph``: every layout without pipeline stages runs ``[boost] step_cudagraph``."""
     from boost_titan.planner.comm_model import Cluster
 
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus)
@@ -295,6 +307,7 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
     headroom = measured_constants()["memory_headroom"]["value"]
     rows = []
     for layout in layouts(args, cluster.gpus, max_tp=gpus, gpus_per_node=gpus if nodes > 1 else None):
+        layout = replace(layout, step_graph=step_graph and layout.pp == 1)
         local = batch if global_batch is None else global_batch // layout.dp
         if global_batch is not None and (global_batch % layout.dp or (layout.pp > 1 and local % microbatch)):
             continue
@@ -302,6 +315,7 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
         t = step_time(args, layout, local, seq, microbatch=microbatch, cluster=cluster)
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
                      "ac": layout.ac, "rep": layout.rep, "units": layout.units if layout.shard > 1 else "-",
+                     "step_graph": layout.step_graph,
                      "batch": local, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, "step_s": t["step_s"],
                      "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
