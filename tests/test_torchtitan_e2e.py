@@ -158,8 +158,8 @@ SPECS: dict[str, Spec] = {
     "dp2_tp2_stock": Spec(4, DP2_TP2, cost=33, train_file="tests.stock_trainer"),
     "dp2_accum": Spec(2, ACCUM),
     "dp2_accum_stock": Spec(2, ACCUM, train_file="tests.stock_trainer"),
-    # the step through [boost] step_cudagraph's buffers and tensor learning rate, uncaptured (tests/step_graph_trainer.py)
-    "dp2_tp2_graph": Spec(4, DP2_TP2, cost=33, train_file="tests.step_graph_trainer"),
+    # the step through [boost] step_cudagraph's buffers and device learning rates, uncaptured
+    # (tests/step_graph_trainer.py); TP2 is covered by resume_graph
     "dp2_accum_graph": Spec(2, ACCUM, train_file="tests.step_graph_trainer"),
     "err_fullrank": Spec(1, tiny("--boost.tp_strategy", "fullrank"), cost=10, expect_failure=True),
     "err_flavor": Spec(1, tiny(flavor="no_such_flavor"), cost=10, expect_failure=True),
@@ -318,8 +318,7 @@ def _runs_for(item) -> list[str]:
     if name == "test_step_graph_resumes_a_plain_checkpoint":
         return ["ckpt", "resume_graph"]
     if name == "test_step_graph_runs_the_plain_step":
-        return {"fsdp_tp": ["dp2_tp2_graph", "dp2_tp2"], "accum": ["dp2_accum_graph", "dp2_accum"]
-                }[params.get("layout", "fsdp_tp")]
+        return ["dp2_accum_graph", "dp2_accum"]
     if name == "test_fsdp_tp_matches_fsdp":
         return ["dp2_tp2", "dp2"]
     if name == "test_pp_tp_matches_tp1":
@@ -420,27 +419,25 @@ def test_train_step_matches_torchtitans(runs, layout):
         assert ours.tensorboard("n_tokens_seen")[1] == 2 * 2 * 2 * 64
 
 
-@pytest.mark.parametrize("layout", ["fsdp_tp", "accum"])
-def test_step_graph_runs_the_plain_step(runs, layout):
+def test_step_graph_runs_the_plain_step(runs):
     """What ``[boost] step_cudagraph`` captures and replays — the trainer's ``device_step`` on static
     device buffers refilled each step, with the optimizer's learning rate a tensor the scheduler fills —
-    trains exactly as the plain step: same logged losses and gradient norms, bit for bit, under FSDP2 x
-    TP2 and with 2 microbatches per step, the schedule's warm-up and decay included; and from the third
+    trains exactly as the plain step: same logged losses, gradient norms and learning rates, bit for bit,
+    under FSDP2 with 2 microbatches per step (TP2: test_step_graph_resumes_a_plain_checkpoint), the
+    schedule's warm-up and decay included; and from the third
     step on (the one a GPU captures) the step reads no tensor on the host (the run fails otherwise,
     tests/step_graph_trainer.py). The capture itself needs CUDA: tests/test_step_graph.py."""
-    ours, plain = {"fsdp_tp": ("dp2_tp2_graph", "dp2_tp2"), "accum": ("dp2_accum_graph", "dp2_accum")}[layout]
-    ours, plain = runs.get(ours), runs.get(plain)
+    ours, plain = runs.get("dp2_accum_graph"), runs.get("dp2_accum")
     assert ours.metric_strings() == plain.metric_strings() and len(plain.metric_strings()) == 10
-    if layout == "accum":
-        for tag in ("loss_metrics/global_avg_loss", "grad_norm", "lr"):
-            assert ours.tensorboard(tag) == plain.tensorboard(tag) and len(plain.tensorboard(tag)) == 10, tag
-        assert len(set(plain.tensorboard("lr").values())) > 5  # the schedule moved the rate every step
+    for tag in ("loss_metrics/global_avg_loss", "grad_norm", "lr"):
+        assert ours.tensorboard(tag) == plain.tensorboard(tag) and len(plain.tensorboard(tag)) == 10, tag
+    assert len(set(plain.tensorboard("lr").values())) > 5  # the schedule moved the rate every step
 
 
 def test_step_graph_resumes_a_plain_checkpoint(runs):
     """The step-graph trainer keeps the optimizer's and schedulers' state as the plain one does (float
-    rates outside the step), so it resumes the plain run's step-15 checkpoint, reproduces steps 16-30
-    bit-exactly and saves its own."""
+    rates outside the step), so it resumes the plain btp TP2 run's step-15 checkpoint, reproduces steps
+    16-30 bit-exactly and saves its own."""
     full, resumed = runs.get("ckpt"), runs.get("resume_graph")
     assert "checkpoint/step-15" in resumed.log and "Training starts at step 16" in resumed.log
     assert resumed.metric_strings() == {s: v for s, v in full.metric_strings().items() if s > 15}
