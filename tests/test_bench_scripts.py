@@ -382,6 +382,23 @@ def test_e2e_torchtitan_step_arm_runs_emulated_on_cpu(tmp_path):
     assert "python3 -m scripts.bench.torchtitan_step " in row["command"] and row["tokens_per_s"] > 0
 
 
+@pytest.mark.e2e
+def test_e2e_exits_nonzero_when_a_run_fails(tmp_path):
+    """A run that logs no step (here: tp 3 does not divide 4 ranks, refused at start) leaves a nan row with
+    the log's exception line, and the script exits non-zero naming it, instead of a table that looks done."""
+    root = Path(emulate.__file__).resolve().parents[2]
+    proc = subprocess.run(
+        ["python", "-m", "scripts.bench.e2e", "--emulate", "--ngpu", "4", "--steps", "2", "--variants", "cola_1b",
+         "--out", str(tmp_path / "e2e"),
+         "--extra=--model.flavor tiny --parallelism.tensor_parallel_degree 3 --training.dataset synthetic "
+         "--boost.tokenizer none --boost.synthetic_vocab_size 512 --training.seq_len 64 --training.local_batch_size 2"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    (row,) = json.loads((tmp_path / "e2e.json").read_text())["rows"]
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert row["tokens_per_s"] != row["tokens_per_s"] and "Error" in row["error"]  # nan
+    assert "1 of 1 runs failed: cola_1b: " in proc.stderr and row["error"] in proc.stderr
+
+
 def test_loss_match_compare_by_hand():
     """Last-window means and their difference, the largest step difference, and the baseline's noise
     around its 9-step moving average (a constant curve has none)."""

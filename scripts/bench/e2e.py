@@ -44,6 +44,7 @@ BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b": ("train_configs/cola_1b_h200.toml", []),
     "cola_1b_compile": ("train_configs/cola_1b_h200.toml", COMPILE),
     "cola_1b_vanilla": ("train_configs/cola_1b_h200.toml", ["--boost.tp_strategy", "vanilla"]),
+    "cola_1b_vanilla_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.tp_strategy", "vanilla"]),
     "cola_1b_ungrouped_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.no-grouped"]),
     "cola_1b_lowrank_ckpt_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.lowrank_checkpoint"]),
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
@@ -87,6 +88,7 @@ STEP = re.compile(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - step:\s*(\d+)\s+loss:\s
 VALIDATION = re.compile(r"validate step:\s*(\d+)\s+loss:\s*([\d.]+)")
 BATCH = re.compile(r"local batch size (\d+),.*?sequence length (\d+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ERROR = re.compile(r"^(?:\[rank\d+\]: )?(\w[\w.]*(?:Error|Exception)\b.*)$", re.M)  # "torch.OutOfMemoryError: …"
 
 
 def _loss(text: str) -> float:
@@ -138,7 +140,7 @@ def parse_log(log: str, returncode: int, command: str) -> dict:
     """``steps``: dicts with step, loss, mem_gib, tps, tflops, mfu, t (seconds since the first step);
     ``validation``: (step, loss) pairs; ``tokens_per_step`` (per device, as torchtitan's tps counts them:
     the rank's tokens over the tp · pp ranks that share them; step_s = tokens_per_step / tps);
-    ``command``; ``ok``."""
+    ``command``; ``ok``; ``error``: the log's last exception line ("" when none)."""
     steps = [dict(zip(("t", "step", "loss", "mem_gib", "tps", "tflops", "mfu"),
                       (_seconds(m[0]), int(m[1]), _loss(m[2]), float(m[3]), int(m[4].replace(",", "")),
                        float(m[5]), float("nan") if m[6] == "n/a" else float(m[6])))) for m in STEP.findall(log)]
@@ -153,7 +155,8 @@ def parse_log(log: str, returncode: int, command: str) -> dict:
         shared *= int(m[-1]) if m else 1
     return {"steps": steps, "validation": [(int(a), float(b)) for a, b in VALIDATION.findall(log)],
             "tokens_per_step": int(batch[1]) * int(batch[2]) // shared if batch else 0,
-            "ok": returncode == 0 and bool(steps), "command": command}
+            "ok": returncode == 0 and bool(steps), "returncode": returncode, "command": command,
+            "error": errors[-1][:300] if (errors := ERROR.findall(log)) else ""}
 
 
 def summarize(name: str, rows: list[dict], skip: int, command: str, tokens_per_step: int) -> dict:
@@ -191,7 +194,7 @@ def main() -> None:
         p.error("--torchtitan-step runs the emulated rank (scripts.bench.torchtitan_step): add --emulate")
     log_dir = Path(a.out + "_logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    results, profiles, buckets, gaps, host = [], [], {}, [], []
+    results, profiles, buckets, gaps, host, failed = [], [], {}, [], [], []
     names = a.variants.split(",")
     plans = {name: variant(name) for name in names}  # a bad name fails before any run
     for name in names:
@@ -210,6 +213,9 @@ def main() -> None:
                         emulator="scripts.bench.torchtitan_step" if a.torchtitan_step else "torchtitan_ext.emulate")
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
+        if not run["ok"]:
+            failed.append(name)
+            results[-1]["error"] = run["error"] or f"no step logged (exit status {run['returncode']})"
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
         if a.profile:
             trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
@@ -271,6 +277,10 @@ def main() -> None:
     if bounds:
         print_table(bounds)
     print_table(results, cols)
+    if failed:  # the tables keep the failed rows (nan); the exit status says the measurement is incomplete
+        raise SystemExit(f"scripts.bench.e2e: {len(failed)} of {len(names)} runs failed: "
+                         + "; ".join(f"{r['variant']}: {r['error']}" for r in results if r["variant"] in failed)
+                         + f" (logs in {log_dir})")
 
 
 if __name__ == "__main__":
