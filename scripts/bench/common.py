@@ -298,15 +298,21 @@ def trace_buckets(trace_path: str | Path, steps: int = 1) -> dict[str, float]:
     return dict(out)
 
 
+def _kernels_by_name(kernels: list[dict]) -> dict[str, tuple[int, float]]:
+    """name → (calls, total ms) of GPU events."""
+    by_name = defaultdict(lambda: [0, 0.0])
+    for e in kernels:
+        by_name[e.get("name", "")][0] += 1
+        by_name[e.get("name", "")][1] += e.get("dur", 0) / 1e3
+    return {name: (c, ms) for name, (c, ms) in by_name.items()}
+
+
 def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
     """The ``n`` kernels (by name) with the most GPU time in a trace: calls, total ms, bucket; and a last
     row with the GPU's busy time against the span from the first kernel's start to the last one's end
     (``idle_ms``: gaps between kernels, i.e. time the GPU waited for the host)."""
     kernels = _step_gpu_events(_trace_events(trace_path))
-    by_name = defaultdict(lambda: [0, 0.0])
-    for e in kernels:
-        by_name[e.get("name", "")][0] += 1
-        by_name[e.get("name", "")][1] += e.get("dur", 0) / 1e3
+    by_name = _kernels_by_name(kernels)
     rows = [{"kernel": name[:90], "bucket": bucket(name), "calls": c, "ms": ms}
             for name, (c, ms) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:n]]
     if kernels:
@@ -315,6 +321,21 @@ def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
         rows.append({"kernel": f"ALL ({len(kernels)} kernels): busy {busy:.1f} ms of a {span:.1f} ms span",
                      "bucket": "", "calls": len(kernels), "ms": busy, "idle_ms": span - busy})
     return rows
+
+
+def trace_kernel_diff(base_trace: str | Path, other_trace: str | Path) -> list[dict]:
+    """The same traced step in two runs, kernel name by kernel name: calls, total ms and mean µs in each,
+    and ``mean_ratio`` (base / other; > 1: the kernel ran longer in the base run), largest time
+    difference first. Equal calls with one common ratio across kernels points at the clock, not the code."""
+    base, other = (_kernels_by_name(_step_gpu_events(_trace_events(t))) for t in (base_trace, other_trace))
+    rows = []
+    for name in base.keys() | other.keys():
+        (bc, bms), (oc, oms) = base.get(name, (0, 0.0)), other.get(name, (0, 0.0))
+        b_mean, o_mean = 1e3 * bms / bc if bc else None, 1e3 * oms / oc if oc else None
+        rows.append({"kernel": name[:90], "bucket": bucket(name), "base_calls": bc, "base_ms": bms,
+                     "base_mean_us": b_mean, "other_calls": oc, "other_ms": oms, "other_mean_us": o_mean,
+                     "mean_ratio": b_mean / o_mean if b_mean and o_mean else None})
+    return sorted(rows, key=lambda r: -abs(r["base_ms"] - r["other_ms"]))
 
 
 # host calls that block until the GPU has caught up. Not cudaMemcpyAsync: it also carries every
