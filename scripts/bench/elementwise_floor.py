@@ -140,7 +140,7 @@ def floor_rows(flavor: str, seq: int, tokens: int, bandwidth_tb_s: float) -> lis
     return rows + [total]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--flavors", default="1B,1B_fullrank")
     p.add_argument("--seq", type=int, default=256, help="tokens traced on the CPU (bytes scale with them)")
@@ -149,7 +149,7 @@ def main() -> None:
                    help="TB/s the elementwise kernels could stream at (4.27: the H200 device-to-device copy rate "
                         "as the GPU box's notes give it; not measured by this project)")
     p.add_argument("--out", default=None)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     rows = [r for f in a.flavors.split(",") for r in floor_rows(f, a.seq, a.tokens, a.bandwidth)]
     cols = ["flavor", "phase", "written_b_per_token_layer", "read_b_per_token_layer", "gb_per_step",
             "floor_ms_per_step", "of_which_gemm_output_reads_ms"]
@@ -158,7 +158,7 @@ def main() -> None:
         import sys
 
         meta = {**env_info("cpu"), "command": shlex.join(["python", "-m", "scripts.bench.elementwise_floor",
-                                                           *sys.argv[1:]])}
+                                                           *(sys.argv[1:] if argv is None else argv)])}
         notes = "\n\n".join(__doc__.split("\n\n")[1:4]) + (
             f"\n\nBandwidth {a.bandwidth} TB/s, {a.tokens} tokens per step, all layers; traced at {a.seq} tokens "
             "in bf16. The graphs come from AOTAutograd with Inductor's min-cut partitioning but without its "

@@ -89,7 +89,12 @@ def main(argv=None) -> None:
     print_table(boost)
     print_table(scaling)
     if a.out:
-        write_results(a.out, boost + scaling, env_info("cpu"),
+        import shlex
+        import sys
+
+        meta = {**env_info("cpu"), "command": shlex.join(["python", "-m", "scripts.bench.multinode_predictions",
+                                                          *(sys.argv[1:] if argv is None else argv)])}
+        write_results(a.out, boost + scaling, meta,
                       "PREDICTED: BTP on several H200 nodes (400 Gb/s InfiniBand per GPU)",
                       sections=[("BOOST's multi-node layouts on H200 nodes of 4 GPUs", boost, None),
                                 (f"Strong scaling at a global batch of {a.global_batch} x {a.seq} tokens, nodes of "

@@ -399,7 +399,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="sweep,speed,seeds", help="of sweep, speed, seeds (report always runs last)")
     p.add_argument("--arms", default=",".join(ARMS), help="limit the sweep stage to these arms")
-    p.add_argument("--d-steps", type=int, default=600, help=f"D in steps of {BATCH} x {SEQ_LEN} tokens")
+    p.add_argument("--d-steps", type=int, default=500, help=f"D in steps of {BATCH} x {SEQ_LEN} tokens")
     p.add_argument("--parallel", type=int, default=6, help="runs at once on the one GPU (sweep and seeds)")
     p.add_argument("--val-points", type=int, default=10, help="about this many validations per run")
     p.add_argument("--log-freq", type=int, default=10)
