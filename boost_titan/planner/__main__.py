@@ -12,7 +12,7 @@ from boost_titan.planner import predict
 from boost_titan.planner.table import format_table
 
 COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu",
-           "tokens_per_s_gpu_no_overlap", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
+           "tokens_per_s_gpu_tp_not_hidden", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -179,17 +179,61 @@ def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE,
     return sum(exposed(c) for c in calls)
 
 
+def _fsdp_unit_seconds(local_params: int, dp: int, link: Interconnect, groups: int, param_bytes: int,
+                       grad_bytes: int) -> tuple[float, float]:
+    """(all-gather, reduce-scatter) seconds of one of ``groups`` equal FSDP units: each unit's message
+    is read at its own size on the bandwidth curve, with its own α."""
+    return (collective_seconds("all_gather", local_params * param_bytes / groups, dp, link),
+            collective_seconds("reduce_scatter", local_params * grad_bytes / groups, dp, link))
+
+
 def fsdp_seconds(local_params: int, dp: int, link: Interconnect = H200_NODE, groups: int = 1,
                  param_bytes: int = 2, grad_bytes: int = 4, regather_in_backward: bool = True) -> float:
     """FSDP2 traffic of one step for a rank holding ``local_params`` (its TP shards) before FSDP:
     all-gather of the bf16 parameters in forward (again in backward when resharded after forward)
-    and reduce-scatter of the fp32 gradients, in ``groups`` FSDP units (one α per unit and collective)."""
+    and reduce-scatter of the fp32 gradients, in ``groups`` equal FSDP units."""
     if dp == 1:
         return 0.0
-    gathers = 2 if regather_in_backward else 1
-    ag = collective_seconds("all_gather", local_params * param_bytes, dp, link) - link.alpha_s
-    rs = collective_seconds("reduce_scatter", local_params * grad_bytes, dp, link) - link.alpha_s
-    return gathers * ag + rs + (gathers + 1) * groups * link.alpha_s
+    ag, rs = _fsdp_unit_seconds(local_params, dp, link, groups, param_bytes, grad_bytes)
+    return groups * ((2 if regather_in_backward else 1) * ag + rs)
+
+
+def fsdp_exposed_seconds(local_params: int, dp: int, compute_s: float, link: Interconnect = H200_NODE,
+                         groups: int = 1, param_bytes: int = 2, grad_bytes: int = 4) -> float:
+    """The part of FSDP2's traffic that compute cannot hide, phase by phase.
+
+    One unit (``groups`` 1, the root's group kept unsharded from forward into backward) gathers before
+    forward and reduce-scatters after backward: all of it is exposed. Per-block units prefetch the next
+    unit while the current one computes: in forward the first all-gather cannot hide and the others
+    hide under the forward (a third of the compute); in backward the re-gathers and all reduce-scatters
+    but the last hide under the backward (two thirds), and the last reduce-scatter, after the last
+    gradient, cannot.
+    """
+    if dp == 1:
+        return 0.0
+    if groups == 1:
+        return fsdp_seconds(local_params, dp, link, 1, param_bytes, grad_bytes, regather_in_backward=False)
+    ag, rs = _fsdp_unit_seconds(local_params, dp, link, groups, param_bytes, grad_bytes)
+    forward = ag + max(0.0, (groups - 1) * ag - compute_s / 3)
+    backward = rs + max(0.0, groups * ag + (groups - 1) * rs - 2 * compute_s / 3)
+    return forward + backward
+
+
+def replica_all_reduce_seconds(shard_params: float, replicas: int, link: Interconnect, groups: int = 1,
+                               grad_bytes: int = 4) -> float:
+    """HSDP: every unit's fp32 gradient shard all-reduced across the replicas, one message per unit."""
+    return groups * collective_seconds("all_reduce", shard_params * grad_bytes / groups, replicas, link)
+
+
+def replica_all_reduce_exposed_seconds(shard_params: float, replicas: int, compute_s: float, link: Interconnect,
+                                       groups: int = 1, grad_bytes: int = 4) -> float:
+    """HSDP's all-reduces run on their own link (the network), beside the node's FSDP traffic: each
+    follows its unit's reduce-scatter and hides under the backward (two thirds of the compute), except
+    the last, which follows the last reduce-scatter."""
+    per_unit = replica_all_reduce_seconds(shard_params, replicas, link, 1, grad_bytes / groups)
+    if groups == 1:
+        return per_unit
+    return per_unit + max(0.0, (groups - 1) * per_unit - 2 * compute_s / 3)
 
 
 def pipeline_step_seconds(stage_slot_s: float, microbatches: int, stages: int, p2p_bytes: float = 0.0,

@@ -26,9 +26,13 @@ Every number printed is a prediction from three parts, each stated here so it ca
   forward).
 * **Communication** (``boost_titan.planner.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
   counted from the real model on the meta device, exposed except what the weight-gradient GEMMs in
-  flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic overlapped with compute
-  (only the excess is exposed) with FSDP units of one block, all of it exposed with one unit per stage
-  (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); 1F1B pipelines take ``m + p − 1``
+  flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic, each unit's
+  message at its own size, hidden phase by phase with FSDP units of one block (forward: every all-gather
+  but the first under the forward's third of the compute; backward: the re-gathers and every
+  reduce-scatter but the last under its two thirds; ``comm_model.fsdp_exposed_seconds``), all of it
+  exposed with one unit per stage (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); HSDP's
+  replica all-reduces, on the network beside NVLink's traffic, likewise under the backward but the last;
+  1F1B pipelines take ``m + p − 1``
   slots of one microbatch (``m`` =
   batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
@@ -52,7 +56,12 @@ Every number printed is a prediction from three parts, each stated here so it ca
   GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
   model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
   activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
-* **Host floor**: no step is predicted shorter than the host's time to issue it (``host_seconds``): a
+* **Columns**: ``tokens_per_s_gpu`` with TP's backward collectives hidden behind the weight-gradient
+  GEMMs beside them and FSDP's traffic hidden phase by phase; ``tokens_per_s_gpu_tp_not_hidden`` the
+  same with none of TP's collectives hidden (FSDP still overlapped as above); ``fsdp_exposed_s`` what
+  of FSDP's traffic compute cannot hide.
+* **Host floor**: the host issues the step while the GPU runs it, so the step is the larger of the
+  host's time (``host_seconds``) and the GPU's (compute, exposed TP and FSDP communication): a
   measured time per block and pass (``host_per_block_s``); with ``--step-graph`` (``[boost]
   step_cudagraph``, layouts without pipeline stages) a fixed measured time per step instead, and the
   graph's memory pool (``step_graph``).
@@ -244,12 +253,15 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     host = host_seconds(args, layout, m)
     one_unit = layout.units == "stage"
     # one unit is the root's group, which FSDP keeps unsharded from forward into backward: one all-gather
-    fsdp = comm_model.fsdp_seconds(stage_params(args, layout.tp, layout.pp), layout.shard, dp_link,
-                                   groups=1 if one_unit else args.n_layers // layout.pp + 2,
-                                   regather_in_backward=not one_unit)
-    if layout.rep > 1:  # HSDP: the reduce-scattered fp32 gradient shard all-reduced across the replicas
-        fsdp += comm_model.collective_seconds("all_reduce", 4 * stage_params(args, layout.tp, layout.pp)
-                                              / layout.shard, layout.rep, rep_link)
+    groups = 1 if one_unit else args.n_layers // layout.pp + 2
+    params = stage_params(args, layout.tp, layout.pp)
+    fsdp = comm_model.fsdp_seconds(params, layout.shard, dp_link, groups=groups, regather_in_backward=not one_unit)
+    fsdp_exposed = comm_model.fsdp_exposed_seconds(params, layout.shard, compute, dp_link, groups=groups)
+    if layout.rep > 1:  # HSDP: each unit's reduce-scattered fp32 gradient shard all-reduced across the replicas
+        replicas = comm_model.replica_all_reduce_seconds(params / layout.shard, layout.rep, rep_link, groups)
+        fsdp += replicas
+        fsdp_exposed += comm_model.replica_all_reduce_exposed_seconds(params / layout.shard, layout.rep, compute,
+                                                                      rep_link, groups)
 
     def step_with(overlap_rate: float) -> tuple[float, float]:
         """(step, exposed TP communication) with the backward collectives hidden behind the dW GEMMs at
@@ -260,15 +272,14 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             step = comm_model.pipeline_step_seconds(mb_compute + mb_comm, m, layout.pp, p2p, pp_link)
         else:
             step = m * (mb_compute + mb_comm)
-        # no faster than the host can issue the step: the larger of GPU and host time, plus the exposed collectives
-        step = max(step, host + m * mb_comm)
-        # per-block units overlap FSDP's traffic with compute (the excess is exposed); one unit gathers
-        # everything before forward and reduce-scatters after backward: all of it is exposed
-        return step + (fsdp if one_unit else max(0.0, fsdp - compute)), m * mb_comm
+        # the GPU's time: compute, exposed TP collectives and what of FSDP's traffic compute cannot hide;
+        # the host issues the step while the GPU runs it, so the step is the larger of the two
+        return max(step + fsdp_exposed, host), m * mb_comm
 
     step, tp_comm = step_with(comm_model.OVERLAP_GEMM_FLOPS)
     step_no_overlap, tp_comm_no_overlap = step_with(0.0)
-    return {"compute_s": compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "step_s": step,
+    return {"compute_s": compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "fsdp_exposed_s": fsdp_exposed,
+            "step_s": step,
             "tp_comm_no_overlap_s": tp_comm_no_overlap, "step_no_overlap_s": step_no_overlap,
             "bound": "host" if host > compute else "gpu",
             "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
@@ -319,7 +330,7 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
                      "batch": local, "mem_gib": mem["total_bytes"] / GiB,
                      "fits": mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, "step_s": t["step_s"],
                      "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
-                     "tokens_per_s_gpu_no_overlap": local * seq * layout.dp / t["step_no_overlap_s"] / cluster.gpus,
+                     "tokens_per_s_gpu_tp_not_hidden": local * seq * layout.dp / t["step_no_overlap_s"] / cluster.gpus,
                      "host_s": t["host_s"], "bound": t["bound"],
                      "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "fsdp_s": t["fsdp_s"],
                      "crosses": ",".join(cluster.crossing(layout.tp, layout.shard, layout.pp, layout.rep)) or "-",
