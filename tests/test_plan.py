@@ -210,7 +210,8 @@ def test_multinode_step_time_by_hand(monkeypatch, no_host_floor):
 def test_multinode_plan_rows_and_command():
     rows = plan.plan("7B", gpus=8, nodes=2, global_batch=32)
     assert {r["tp"] * r["pp"] * r["dp"] for r in rows} == {16}
-    assert all(r["tp"] <= 8 and r["batch"] * r["dp"] == 32 for r in rows)  # strong scaling: global / dp
+    # strong scaling: global / dp sequences per rank, in accum passes of batch
+    assert all(r["tp"] <= 8 and r["batch"] * r["accum"] * r["dp"] == 32 for r in rows)
     assert {r["crosses"] for r in rows if r["tp"] == 8 and r["pp"] == 1} == {"dp"}
     assert {r["crosses"] for r in rows if r["tp"] == 8 and r["pp"] == 2} == {"pp"}
     layout = plan.Layout("btp", 4, 1, 4, "none")
@@ -364,3 +365,33 @@ def test_step_graph_replaces_the_per_block_host_floor():
                 assert r["step_s"] == pytest.approx(p["step_s"])
     b1 = rows(True, 1)[("btp", 4, 1, 2, "stage", "none")]
     assert rows(False, 1)[("btp", 4, 1, 2, "stage", "none")]["bound"] == "host" and b1["bound"] == "gpu"
+
+
+def test_gradient_accumulation_by_hand(monkeypatch, no_host_floor):
+    """``accum`` passes of ``batch`` sequences: compute, TP collectives and host time per pass add up,
+    FSDP gathers and reduce-scatters again in every pass (torchtitan keeps gradient sync on), and the
+    activations are those of one pass."""
+    args = FLAVORS["7B"]
+    set_rates(monkeypatch, {"btp": {1: 500.0}})
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
+    layout = plan.Layout("btp", 1, 1, 8, "none")
+    one, four = plan.step_time(args, layout, 4, 4096), plan.step_time(args, layout, 1, 4096, accum=4)
+    assert four["compute_s"] == pytest.approx(one["compute_s"])  # the same tokens
+    compute_pass = flops_per_token(args, 4096) * 4096 / 500e12
+    params = plan.stage_params(args, 1, 1)
+    exposed_pass = comm_model.fsdp_exposed_seconds(params, 8, compute_pass, groups=34)
+    assert four["fsdp_s"] == pytest.approx(4 * comm_model.fsdp_seconds(params, 8, groups=34))
+    assert four["step_s"] == pytest.approx(4 * (compute_pass + exposed_pass))
+    per_pass = plan.memory(args, layout, 1, 4096)
+    assert per_pass["activation_bytes"] == pytest.approx(plan.memory(args, layout, 4, 4096)["activation_bytes"] / 4)
+    assert plan.train_command("7B", layout, 1, 4096, accum=4).endswith("--training.global_batch_size 32")
+
+
+def test_plan_accumulates_when_one_pass_does_not_fit():
+    """At a global batch whose per-rank share does not fit in one pass, the plan runs it accumulated
+    (fitting), where the single pass would not fit; the 7B on 8 GPUs at 128 sequences: 16 per rank."""
+    rows = plan.plan("7B", gpus=8, global_batch=128)
+    tp1 = next(r for r in rows if (r["strategy"], r["tp"], r["pp"], r["ac"], r["units"]) == ("btp", 1, 1, "none", "block"))
+    assert tp1["fits"] and tp1["accum"] > 1 and tp1["batch"] * tp1["accum"] == 16
+    single = plan.memory(FLAVORS["7B"], plan.Layout("btp", 1, 1, 8, "none"), 16, 4096)["total_bytes"]
+    assert single > 139 * plan.GiB

@@ -11,7 +11,7 @@ import argparse
 from boost_titan.planner import predict
 from boost_titan.planner.table import format_table
 
-COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "batch", "mem_gib", "step_s", "tokens_per_s_gpu",
+COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "batch", "accum", "mem_gib", "step_s", "tokens_per_s_gpu",
            "tokens_per_s_gpu_tp_not_hidden", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
 
 
@@ -61,8 +61,9 @@ def run(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[list[dict], 
         units = fitting[0]["units"] if fitting[0]["units"] != "-" else "block"
         best = predict.Layout(*(fitting[0][k] for k in ("strategy", "tp", "pp", "dp", "ac", "rep")), units,
                               fitting[0]["step_graph"])
-        print(f"run the first one (add a config file and the job's other settings):\n  "
-              f"{predict.train_command(a.flavor, best, fitting[0]['batch'], a.seq, a.microbatch, a.nodes)}")
+        command = predict.train_command(a.flavor, best, fitting[0]["batch"], a.seq, a.microbatch, a.nodes,
+                                        fitting[0]["accum"])
+        print(f"run the first one (add a config file and the job's other settings):\n  {command}")
         if a.nodes > 1:
             print("  or: sbatch --nodes", a.nodes, "--gpus-per-task", a.gpus, "scripts/multinode_trainer.slurm <the flags>")
     return rounded, title

@@ -192,9 +192,11 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     return {"params": params, "states_bytes": states, "activation_bytes": acts + pool, "total_bytes": states + acts + pool}
 
 
-def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1, nodes: int = 1) -> str:
+def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch: int = 1, nodes: int = 1,
+                  accum: int = 1) -> str:
     """The ``scripts/run_train.sh`` command that runs ``layout`` (compiled, as the rates were measured);
-    on several nodes, the command each node runs (``scripts/multinode_trainer.slurm`` sets the variables)."""
+    on several nodes, the command each node runs (``scripts/multinode_trainer.slurm`` sets the variables).
+    ``accum`` > 1: gradient accumulation up to a global batch of ``batch · dp · accum`` sequences."""
     flags = ["--model.flavor", flavor, "--boost.tp_strategy", layout.strategy,
              "--parallelism.tensor_parallel_degree", str(layout.tp),
              "--parallelism.pipeline_parallel_degree", str(layout.pp),
@@ -202,6 +204,8 @@ def train_command(flavor: str, layout: Layout, batch: int, seq: int, microbatch:
              *(["--parallelism.data_parallel_replicate_degree", str(layout.rep)] if layout.rep > 1 else []),
              "--training.local_batch_size", str(batch), "--training.seq_len", str(seq), "--compile.enable",
              *AC_FLAGS[layout.ac]]
+    if accum > 1:
+        flags += ["--training.global_batch_size", str(batch * layout.dp * accum)]
     if layout.units == "stage" and layout.shard > 1:
         flags += ["--boost.fsdp_blocks_per_unit", str(FLAVORS[flavor].n_layers // layout.pp)]
     if layout.step_graph:
@@ -229,10 +233,13 @@ def _layer_tp_calls(strategy: str, args: TransformerArgs, tp: int, microbatch: i
 
 
 def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=None, microbatch: int = 1,
-              cluster=None) -> dict:
+              cluster=None, accum: int = 1) -> dict:
     """Predicted seconds per step on one rank: compute, exposed communication, pipeline bubble.
     ``link``: one interconnect for every collective; ``cluster`` (comm_model.Cluster): each group's own
-    (NVLink inside a node, the network across nodes)."""
+    (NVLink inside a node, the network across nodes). ``accum``: gradient accumulation, ``accum``
+    forward + backward passes of ``batch`` sequences per optimizer step (torchtitan's
+    ``training.global_batch_size``); each pass gathers and reduce-scatters FSDP's units again
+    (torchtitan keeps gradient sync on in every microstep)."""
     from boost_titan.planner import comm_model
 
     if cluster is not None:
@@ -250,7 +257,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     mb_compute *= ac_factors(layout.strategy, layout.ac)[1]
     calls = list(_layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq))
     compute = m * mb_compute
-    host = host_seconds(args, layout, m)
+    host = host_seconds(args, layout, m * accum)
     one_unit = layout.units == "stage"
     # one unit is the root's group, which FSDP keeps unsharded from forward into backward: one all-gather
     groups = 1 if one_unit else args.n_layers // layout.pp + 2
@@ -262,6 +269,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
         fsdp += replicas
         fsdp_exposed += comm_model.replica_all_reduce_exposed_seconds(params / layout.shard, layout.rep, compute,
                                                                       rep_link, groups)
+    fsdp, fsdp_exposed = accum * fsdp, accum * fsdp_exposed  # every microstep's own
 
     def step_with(overlap_rate: float) -> tuple[float, float]:
         """(step, exposed TP communication) with the backward collectives hidden behind the dW GEMMs at
@@ -274,11 +282,11 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             step = m * (mb_compute + mb_comm)
         # the GPU's time: compute, exposed TP collectives and what of FSDP's traffic compute cannot hide;
         # the host issues the step while the GPU runs it, so the step is the larger of the two
-        return max(step + fsdp_exposed, host), m * mb_comm
+        return max(accum * step + fsdp_exposed, host), accum * m * mb_comm
 
     step, tp_comm = step_with(comm_model.OVERLAP_GEMM_FLOPS)
     step_no_overlap, tp_comm_no_overlap = step_with(0.0)
-    return {"compute_s": compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "fsdp_exposed_s": fsdp_exposed,
+    return {"compute_s": accum * compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "fsdp_exposed_s": fsdp_exposed,
             "step_s": step,
             "tp_comm_no_overlap_s": tp_comm_no_overlap, "step_no_overlap_s": step_no_overlap,
             "bound": "host" if host > compute else "gpu",
@@ -301,6 +309,11 @@ def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> floa
     return per_block * (args.n_layers // layout.pp) * passes
 
 
+def accumulation_steps(local: int) -> list[int]:
+    """Gradient-accumulation steps that split ``local`` sequences into equal passes (1: one pass)."""
+    return [k for k in range(1, local + 1) if local % k == 0]
+
+
 def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
          microbatch: int = 1, nodes: int = 1, global_batch: int | None = None, step_graph: bool = False) -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
@@ -309,7 +322,9 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
     ``gpus`` per node, on ``nodes`` nodes (a tp group stays inside a node; the column ``crosses`` names
     the dimensions whose collectives cross the network). ``global_batch`` (sequences per step): each
     layout's local batch is ``global_batch / dp`` (strong scaling; a layout whose dp does not divide it,
-    or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``.
+    or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``; a
+    layout without pipeline stages may run it as gradient accumulation (column ``accum``: passes of
+    ``batch`` sequences), whichever fits and is fastest.
     ``step_graph``: every layout without pipeline stages runs ``[boost] step_cudagraph``."""
     from boost_titan.planner.comm_model import Cluster
 
@@ -322,13 +337,17 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
         local = batch if global_batch is None else global_batch // layout.dp
         if global_batch is not None and (global_batch % layout.dp or (layout.pp > 1 and local % microbatch)):
             continue
-        mem = memory(args, layout, local, seq, microbatch)
-        t = step_time(args, layout, local, seq, microbatch=microbatch, cluster=cluster)
+        options = []  # (fits, prediction, memory, accum): the local batch in one pass, or in equal smaller ones
+        for accum in accumulation_steps(local) if global_batch is not None and layout.pp == 1 else (1,):
+            mem = memory(args, layout, local // accum, seq, microbatch)
+            t = step_time(args, layout, local // accum, seq, microbatch=microbatch, cluster=cluster, accum=accum)
+            options.append((mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, t, mem, accum))
+        fits, t, mem, accum = min(options, key=lambda o: (not o[0], o[1]["step_s"]))
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
                      "ac": layout.ac, "rep": layout.rep, "units": layout.units if layout.shard > 1 else "-",
                      "step_graph": layout.step_graph,
-                     "batch": local, "mem_gib": mem["total_bytes"] / GiB,
-                     "fits": mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, "step_s": t["step_s"],
+                     "batch": local // accum, "accum": accum, "mem_gib": mem["total_bytes"] / GiB,
+                     "fits": fits, "step_s": t["step_s"],
                      "tokens_per_s_gpu": local * seq * layout.dp / t["step_s"] / cluster.gpus,
                      "tokens_per_s_gpu_tp_not_hidden": local * seq * layout.dp / t["step_no_overlap_s"] / cluster.gpus,
                      "host_s": t["host_s"], "bound": t["bound"],

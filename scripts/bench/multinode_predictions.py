@@ -64,7 +64,8 @@ def strong_scaling(global_batch: int, seq: int) -> list[dict]:
 
             def name(r):
                 hsdp = f" (HSDP {r['rep']}x{r['dp'] // r['rep']})" if r["rep"] > 1 else ""
-                return f"{r['strategy']} tp{r['tp']} pp{r['pp']} dp{r['dp']}{hsdp} {r['ac']} b{r['batch']} [{r['crosses']}]"
+                return f"{r['strategy']} tp{r['tp']} pp{r['pp']} dp{r['dp']}{hsdp} {r['ac']} b{r['batch']}" + \
+                    (f" x{r['accum']} accumulated" if r["accum"] > 1 else "") + f" [{r['crosses']}]"
 
             rows.append({
                 "flavor": flavor, "nodes": f"{nodes} x 8",
