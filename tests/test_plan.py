@@ -27,6 +27,12 @@ def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
         module = STRATEGIES[name]
         monkeypatch.setattr(module, "PLANNER", dataclasses.replace(module.PLANNER, tflops_by_tp=by_tp))
 
+def last_of_two_stages(args) -> float:
+    """FLOPs per token of the last of two pipeline stages: half the blocks and the whole lm_head (6·V·d)."""
+    head = 6 * args.vocab_size * args.dim
+    return (flops_per_token(args, 4096) - head) / 2 + head
+
+
 TINY_FLAVOR = FLAVORS["tiny"]  # d 64, 2 layers, 4 heads, f 160, r 16, V 512, untied
 
 
@@ -84,7 +90,7 @@ def test_step_time_by_hand(monkeypatch, no_host_floor):
     flops_mb = flops_per_token(args, 4096) * 4096  # one sequence
 
     t = plan.step_time(args, plan.Layout("btp", 4, 2, 1, "none"), batch=4, seq=4096)
-    slot = flops_mb / 8 / 400e12 + 16 * per_layer
+    slot = last_of_two_stages(args) * 4096 / 4 / 400e12 + 16 * per_layer  # the last stage sets the pace
     p2p = 2 * 4096 * 1024  # one sequence of the d-sharded stream in bf16
     assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p))
     assert t["rate"] == "tp4"
@@ -111,7 +117,7 @@ def test_pipeline_microbatch_by_hand(monkeypatch, no_host_floor):
     bw = comm_model.H200_NODE.bus_bw_at
     ar_bytes = 4 * 4096 * 3840 * 2
     all_reduce = 15e-6 + 2 * 3 / 4 * ar_bytes / bw(ar_bytes)
-    slot = flops_per_token(args, 4096) * 4 * 4096 / 8 / 400e12 + 20 * all_reduce
+    slot = last_of_two_stages(args) * 4 * 4096 / 4 / 400e12 + 20 * all_reduce
     p2p = 2 * 4 * 4096 * (5120 // 4)  # four sequences of the d-sharded stream in bf16
     assert t["step_s"] == pytest.approx(5 * (slot + 2 * (15e-6 + p2p / bw(p2p))))
     mem = plan.memory(args, layout, batch=16, seq=4096, microbatch=4)
@@ -202,7 +208,7 @@ def test_multinode_step_time_by_hand(monkeypatch, no_host_floor):
 
     nodes4 = comm_model.Cluster(nodes=2, gpus_per_node=4)
     t = plan.step_time(args, plan.Layout("btp", 4, 2, 1, "none"), batch=4, seq=4096, cluster=nodes4)
-    slot = flops_per_token(args, 4096) * 4096 / 8 / 400e12
+    slot = last_of_two_stages(args) * 4096 / 4 / 400e12
     p2p = 2 * 4096 * 1024  # one sequence of the d-sharded stream in bf16
     assert t["step_s"] == pytest.approx(5 * (slot + 2 * (20e-6 + p2p / 47e9)))
 

@@ -33,8 +33,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
   exposed with one unit per stage (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); HSDP's
   replica all-reduces, on the network beside NVLink's traffic, likewise under the backward but the last;
   1F1B pipelines take ``m + p − 1``
-  slots of one microbatch (``m`` =
-  batch / microbatch) plus one activation send each way per slot. The slot comes from the b 4 rate,
+  slots of one microbatch (``m`` = batch / microbatch) on the slowest stage (the last: its blocks and
+  the lm_head), plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
   0.37 / 0.36 s per step, ``docs/results/emulate_13b_mb1.md``), so btp's pipeline rows at microbatch 1
@@ -158,6 +158,14 @@ def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
     return (args.n_layers // pp * layer + ends) // tp
 
 
+def stage_flops_per_token(args: TransformerArgs, seq: int, pp: int) -> float:
+    """Training FLOPs per token of the slowest pipeline stage, the last: its blocks and the lm_head
+    (at pp = 1 the whole model's ``flops_per_token``)."""
+    head = 6 * args.vocab_size * args.dim
+    per_block = (flops_per_token(args, seq) - head) / args.n_layers
+    return per_block * (args.n_layers // pp) + head
+
+
 def microbatch_of(layout: Layout, batch: int, microbatch: int) -> int:
     """Sequences per forward: the pipeline microbatch under pp > 1, else the whole local batch."""
     if layout.pp == 1:
@@ -253,7 +261,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     tflops *= 1e12
     microbatch = microbatch_of(layout, batch, microbatch)
     m = batch // microbatch
-    mb_compute = flops_per_token(args, seq) * microbatch * seq / (layout.tp * layout.pp) / tflops
+    mb_compute = stage_flops_per_token(args, seq, layout.pp) * microbatch * seq / layout.tp / tflops
     mb_compute *= ac_factors(layout.strategy, layout.ac)[1]
     calls = list(_layer_tp_calls(layout.strategy, args.replace(n_layers=1), layout.tp, microbatch, seq))
     compute = m * mb_compute
