@@ -401,3 +401,24 @@ def test_plan_accumulates_when_one_pass_does_not_fit():
     assert tp1["fits"] and tp1["accum"] > 1 and tp1["batch"] * tp1["accum"] == 16
     single = plan.memory(FLAVORS["7B"], plan.Layout("btp", 1, 1, 8, "none"), 16, 4096)["total_bytes"]
     assert single > 139 * plan.GiB
+
+
+def test_pipeline_with_fsdp_as_torch_runs_it(monkeypatch, no_host_floor):
+    """pp 2 x FSDP 2: torch's pipelining gathers each unit once (during the first microbatch's forward)
+    and reduce-scatters the whole stage after the last backward (exposed); the stage's bf16 weights and
+    fp32 gradients stay unsharded for the step (6 B per stage parameter)."""
+    args = FLAVORS["7B"]
+    set_rates(monkeypatch, {"btp": {2: 400.0}})
+    monkeypatch.setattr(plan, "_layer_tp_calls", lambda *a: [])
+    layout = plan.Layout("btp", 2, 2, 2, "none")
+    t = plan.step_time(args, layout, batch=4, seq=4096)
+    params, groups = plan.stage_params(args, 2, 2), 16 + 2
+    ag = comm_model.collective_seconds("all_gather", params * 2 / groups, 2)
+    rs = comm_model.collective_seconds("reduce_scatter", params * 4 / groups, 2)
+    assert t["fsdp_s"] == pytest.approx(groups * (ag + rs))  # no re-gather in backward
+    slot = last_of_two_stages(args) * 4096 / 2 / 400e12
+    exposed = ag + max(0.0, (groups - 1) * ag - slot / 3) + groups * rs
+    p2p = 2 * 4096 * 2048  # one sequence of the d-sharded stream (tp 2) in bf16
+    assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p) + exposed)
+    unsharded = plan.memory(args, layout, 4, 4096)["states_bytes"] - 16 * params / 2
+    assert unsharded == pytest.approx(6 * params)

@@ -219,6 +219,19 @@ def fsdp_exposed_seconds(local_params: int, dp: int, compute_s: float, link: Int
     return forward + backward
 
 
+def pipeline_fsdp_exposed_seconds(local_params: int, dp: int, microbatch_compute_s: float,
+                                  link: Interconnect = H200_NODE, groups: int = 1, param_bytes: int = 2,
+                                  grad_bytes: int = 4) -> float:
+    """FSDP2 under torch's pipelining, which turns resharding and gradient sync off between microbatches:
+    each unit is gathered once, during the first microbatch's forward (all but the first gather hide
+    under that forward, a third of the microbatch's compute), and the whole stage is reduce-scattered
+    after the last backward, where nothing is left to hide it."""
+    if dp == 1:
+        return 0.0
+    ag, rs = _fsdp_unit_seconds(local_params, dp, link, groups, param_bytes, grad_bytes)
+    return ag + max(0.0, (groups - 1) * ag - microbatch_compute_s / 3) + groups * rs
+
+
 def replica_all_reduce_seconds(shard_params: float, replicas: int, link: Interconnect, groups: int = 1,
                                grad_bytes: int = 4) -> float:
     """HSDP: every unit's fp32 gradient shard all-reduced across the replicas, one message per unit."""

@@ -158,6 +158,12 @@ def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
     return (args.n_layers // pp * layer + ends) // tp
 
 
+PIPELINE_FSDP_UNSHARDED_BYTES = 6
+"""Pipeline stages under FSDP: torch's pipelining turns resharding and gradient sync off between
+microbatches (``torch/distributed/pipelining/stage.py``), so the stage's bf16 weights (2 B) and its
+unreduced fp32 gradients (4 B) stay whole for the step."""
+
+
 def stage_flops_per_token(args: TransformerArgs, seq: int, pp: int) -> float:
     """Training FLOPs per token of the slowest pipeline stage, the last: its blocks and the lm_head
     (at pp = 1 the whole model's ``flops_per_token``)."""
@@ -185,6 +191,8 @@ def memory(args: TransformerArgs, layout: Layout, batch: int, seq: int, microbat
     wrapped = (layout.dp == 1 and (layout.tp > 1 or layout.pp > 1)) or (layout.units == "stage" and layout.shard > 1)
     wrapper_bytes = measured_constants()["one_rank_wrapper_bytes_per_param"]["value"]
     states = 16 * params / layout.shard + (wrapper_bytes * params if wrapped else 0)
+    if layout.pp > 1 and layout.shard > 1:  # torch's pipelining keeps the stage unsharded between microbatches
+        states += PIPELINE_FSDP_UNSHARDED_BYTES * params
     microbatch = microbatch_of(layout, batch, microbatch)
     inflight = min(layout.pp, batch // microbatch) if layout.pp > 1 else 1
     tokens = microbatch * seq
@@ -270,8 +278,12 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     # one unit is the root's group, which FSDP keeps unsharded from forward into backward: one all-gather
     groups = 1 if one_unit else args.n_layers // layout.pp + 2
     params = stage_params(args, layout.tp, layout.pp)
-    fsdp = comm_model.fsdp_seconds(params, layout.shard, dp_link, groups=groups, regather_in_backward=not one_unit)
-    fsdp_exposed = comm_model.fsdp_exposed_seconds(params, layout.shard, compute, dp_link, groups=groups)
+    if layout.pp > 1:  # torch's pipelining: gathered once, reduce-scattered whole after the last backward
+        fsdp = comm_model.fsdp_seconds(params, layout.shard, dp_link, groups=groups, regather_in_backward=False)
+        fsdp_exposed = comm_model.pipeline_fsdp_exposed_seconds(params, layout.shard, mb_compute, dp_link, groups)
+    else:
+        fsdp = comm_model.fsdp_seconds(params, layout.shard, dp_link, groups=groups, regather_in_backward=not one_unit)
+        fsdp_exposed = comm_model.fsdp_exposed_seconds(params, layout.shard, compute, dp_link, groups=groups)
     if layout.rep > 1:  # HSDP: each unit's reduce-scattered fp32 gradient shard all-reduced across the replicas
         replicas = comm_model.replica_all_reduce_seconds(params / layout.shard, layout.rep, rep_link, groups)
         fsdp += replicas
