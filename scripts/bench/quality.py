@@ -15,7 +15,8 @@ Stages, each resumable (a run whose log holds its final validation is not run ag
 
 1. ``sweep``: per arm, every learning rate x warm-up (10% and 20% of the run) at the arm's final
    length, seed 0, ``--parallel`` runs at once on the one GPU (curves only). The setting with the
-   lowest final validation loss is chosen (the table flags a choice at the edge of the grid).
+   lowest final validation loss is chosen; a choice at the edge of the learning-rate grid is flagged
+   and gets no seeds until the grid is extended.
 2. ``speed``: the chosen CoLA and dense settings, seed 1, one run at a time, alone on the GPU, with a
    profiler trace of one step (GPU-busy beside step time): tokens/s and the training time to reach
    the dense twin's final validation loss.
@@ -25,7 +26,7 @@ Stages, each resumable (a run whose log holds its final validation is not run ag
 in ``VERDICT_RULE`` (fixed before any run, printed by ``--rule``)::
 
     python scripts/build_corpus.py                         # once, where the registries are reachable
-    python -m scripts.bench.quality --stages sweep,speed,seeds --parallel 7 --out docs/results/quality_60m
+    python -m scripts.bench.quality --stages sweep,speed,seeds --parallel 6 --out docs/results/quality_60m
     python -m scripts.bench.quality --stages report --out docs/results/quality_60m   # from the logs alone
 
 Validation is the whole held-out split, ~10 times per run, on logging steps (so no tokens/s window
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -79,7 +81,8 @@ def flops_ratio() -> float:
 
 
 ARMS = {
-    "cola": Arm("60M", 1.0, ("1e-3", "2e-3", "4e-3", "6e-3", "1e-2"), "CoLA-60M, D tokens"),
+    # CoLA's grid reaches down to 3e-4: its first sweep (1e-3 .. 1e-2) chose 1e-3, the grid's lowest
+    "cola": Arm("60M", 1.0, ("3e-4", "5e-4", "1e-3", "2e-3", "4e-3", "6e-3", "1e-2"), "CoLA-60M, D tokens"),
     "dense": Arm("60M_fullrank", 1.0, ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"), "dense twin, D tokens"),
     "dense_flops": Arm("60M_fullrank", 1 / flops_ratio(), ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"),
                        "dense twin, D/R tokens (CoLA's compute)"),
@@ -177,6 +180,15 @@ def train(run: Run, a: argparse.Namespace) -> dict | None:
     return load(run, a)
 
 
+def run_devices(a: argparse.Namespace) -> set[str]:
+    """The GPUs the logged runs trained on (torchtitan logs "CUDA capacity: <name> with ..."); the
+    report may be written elsewhere, from the logs alone."""
+    found = set()
+    for path in Path(a.out + "_logs").glob("*.log"):
+        found.update(re.findall(r"CUDA capacity: (.+?) with", path.read_text(errors="replace")))
+    return found
+
+
 def gpu_busy_s(run: Run, a: argparse.Namespace) -> float | None:
     path = log_path(run, a)
     for line in path.read_text().splitlines()[::-1] if path.is_file() else []:
@@ -240,11 +252,17 @@ def chosen(d_steps: int, a: argparse.Namespace) -> dict[str, Run | None]:
     return best
 
 
+def at_grid_edge(run: Run) -> bool:
+    """A choice at the lowest or highest learning rate swept: the optimum may lie outside the grid."""
+    return run.lr in (ARMS[run.arm].lrs[0], ARMS[run.arm].lrs[-1])
+
+
 def seed_runs(best: dict[str, Run | None], alone: bool) -> list[Run]:
-    """The chosen settings with seeds 1..3; ``alone``: only the speed pair's seed 1."""
+    """The chosen settings with seeds 1..3; ``alone``: only the speed pair's seed 1. An arm whose
+    choice sits at the edge of its grid gets no seeds: its grid is extended first."""
     out = []
     for name, run in best.items():
-        if run is None:
+        if run is None or at_grid_edge(run):
             continue
         for seed in SEEDS:
             speed = name in ("cola", "dense") and seed == SEEDS[0]
@@ -296,8 +314,7 @@ def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
     sweep_rows = []
     for run in sweep_runs(d_steps, a):
         r = load(run, a)
-        arm = ARMS[run.arm]
-        lr_edge = run.lr in (arm.lrs[0], arm.lrs[-1])
+        lr_edge = at_grid_edge(run)
         sweep_rows.append({"arm": run.arm, "lr": run.lr, "warmup": run.warmup, "steps": run.steps,
                            "final_val_loss": r["validation"][-1][1] if r else None,
                            "chosen": ("yes (grid edge)" if lr_edge else "yes") if best[run.arm] == run else "",
@@ -361,33 +378,40 @@ def _notes(d_steps: int) -> str:
     epochs = f", {d_tokens / stats['train']['tokens']:.2f} epoch" if stats else ""
     return (f"D = {d_steps} steps x {BATCH} x {SEQ_LEN} = {d_tokens / 1e6:.1f}M tokens{epochs}. "
             f"R = {flops_ratio():.3f} (dense twin / CoLA training FLOPs per token at seq {SEQ_LEN}). "
-            f"Corpus: {corpus}. Every run validates on the whole held-out split.")
+            f"Corpus: {corpus}. Every run validates on the whole held-out split. The header's date, device "
+            "and versions are the machine's that wrote this report from the logs; the runs trained on "
+            "runs_device (`<out>_logs/`, one log per run, its command on the first line).")
 
 
 def _plot(seed_rows: list[dict], sweep_rows: list[dict], path: str) -> None:
+    """Left: each arm's validation curve, mean and min-max band over its seeds (before the seeds: its
+    chosen sweep run); right: the sweep's final validation loss by learning rate and warm-up."""
     plt = pyplot()
-    if plt is None or not seed_rows:
+    if plt is None or not (seed_rows or any(r["final_val_loss"] is not None for r in sweep_rows)):
         return
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
     for i, arm in enumerate(ARMS):
-        rows = [r for r in seed_rows if r["arm"] == arm]
-        if not rows:
-            continue
-        steps = [s for s, _ in rows[0]["val_curve"]]
-        curves = [[v for _, v in r["val_curve"]] for r in rows if [s for s, _ in r["val_curve"]] == steps]
-        tokens = [s * SEQ_LEN * BATCH / 1e6 for s in steps]
-        mean = [statistics.fmean(c) for c in zip(*curves)]
-        lo, hi = [min(c) for c in zip(*curves)], [max(c) for c in zip(*curves)]
-        ax.plot(tokens, mean, "o-", color=f"C{i}", ms=3, label=f"{arm} ({len(curves)} seeds)")
-        ax.fill_between(tokens, lo, hi, color=f"C{i}", alpha=0.25)
+        rows = [r for r in seed_rows if r["arm"] == arm] or \
+            [r for r in sweep_rows if r["arm"] == arm and r["chosen"] and r["val_curve"]]
+        if rows:
+            steps = [s for s, _ in rows[0]["val_curve"]]
+            curves = [[v for _, v in r["val_curve"]] for r in rows if [s for s, _ in r["val_curve"]] == steps]
+            tokens = [s * SEQ_LEN * BATCH / 1e6 for s in steps]
+            what = f"{len(curves)} seeds" if "seed" in rows[0] else "sweep's choice, seed 0"
+            ax.plot(tokens, [statistics.fmean(c) for c in zip(*curves)], "o-", color=f"C{i}", ms=3,
+                    label=f"{arm} ({what})")
+            ax.fill_between(tokens, [min(c) for c in zip(*curves)], [max(c) for c in zip(*curves)],
+                            color=f"C{i}", alpha=0.25)
         swept = [r for r in sweep_rows if r["arm"] == arm and r["final_val_loss"] is not None]
         for wu, marker in zip(WARMUPS, "os"):
             pts = sorted((float(r["lr"]), r["final_val_loss"]) for r in swept if r["warmup"] == wu)
             if pts:
-                bx.plot(*zip(*pts), marker + "-", color=f"C{i}", label=f"{arm} warm-up {float(wu):.0%}")
+                bx.plot(*zip(*pts), marker + ("-" if wu == WARMUPS[0] else "--"), color=f"C{i}",
+                        label=f"{arm} warm-up {float(wu):.0%}")
     ax.set(xlabel="training tokens (M)", ylabel="validation loss", title="validation loss (band: min-max over seeds)")
     ax.set_ylim(top=min(ax.get_ylim()[1], 6.0))
     bx.set(xscale="log", xlabel="learning rate", ylabel="final validation loss", title="sweep (seed 0)")
+    bx.set_ylim(top=min(bx.get_ylim()[1], 5.5))
     for axis in (ax, bx):
         axis.legend(fontsize=7)
     fig.tight_layout()
@@ -400,7 +424,8 @@ def main() -> None:
     p.add_argument("--stages", default="sweep,speed,seeds", help="of sweep, speed, seeds (report always runs last)")
     p.add_argument("--arms", default=",".join(ARMS), help="limit the sweep stage to these arms")
     p.add_argument("--d-steps", type=int, default=500, help=f"D in steps of {BATCH} x {SEQ_LEN} tokens")
-    p.add_argument("--parallel", type=int, default=6, help="runs at once on the one GPU (sweep and seeds)")
+    p.add_argument("--parallel", type=int, default=6,
+                   help="runs at once on the one GPU (sweep and seeds); each 60M run holds ~10.6 GiB: 6 fit an H100")
     p.add_argument("--val-points", type=int, default=10, help="about this many validations per run")
     p.add_argument("--log-freq", type=int, default=10)
     p.add_argument("--extra", default="", help='more CLI overrides for every run (last); write --extra="--a.b c"')
@@ -426,11 +451,16 @@ def main() -> None:
         arms = set(a.arms.split(","))
         run_all([r for r in sweep_runs(a.d_steps, a) if r.arm in arms], a, a.parallel)
     best = chosen(a.d_steps, a)
+    for name, run in best.items():
+        if run is not None and at_grid_edge(run):
+            print(f"{name}: the sweep chose lr {run.lr}, the edge of its grid {ARMS[name].lrs}: extend the grid "
+                  "before its seeds run", flush=True)
     if "speed" in stages:
         run_all(seed_runs(best, alone=True), a, 1)
     if "seeds" in stages:
         run_all(seed_runs(best, alone=False), a, a.parallel)
     meta = env_info()
+    meta["runs_device"] = ", ".join(sorted(run_devices(a))) or "no run yet"
     meta["command"] = f"python -m scripts.bench.quality --d-steps {a.d_steps} --parallel {a.parallel} --out {a.out}" + \
         (f' --extra="{a.extra}"' if a.extra else "")
     report(a.d_steps, a, meta)
