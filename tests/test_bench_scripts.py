@@ -64,7 +64,7 @@ def test_verdict_follows_the_rule():
 def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
     """The sweep's choice comes from the logs on disk (lowest final validation loss per arm); a run
     whose log lacks its last validation is not finished; seeds 1-3 follow the choice, the CoLA and
-    dense seed 1 alone on the GPU."""
+    dense seed 1 alone on the GPU; an arm chosen at the edge of its learning-rate grid gets no seeds."""
     a = SimpleNamespace(out=str(tmp_path / "q"), log_freq=10, val_points=10, extra="")
     (tmp_path / "q_logs").mkdir()
 
@@ -75,15 +75,20 @@ def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
         lines.append(f"[titan] 2026-01-01 00:01:00,000 - root - INFO - validate step: {last}  loss: {final_loss}")
         quality.log_path(run, a).write_text("# command: x\n" + "\n".join(lines) + "\n")
 
+    def loss(run):  # lowest at each arm's third learning rate (inside the grid), 20% warm-up slightly better
+        return 4.0 + 0.01 * (quality.ARMS[run.arm].lrs.index(run.lr) - 2) ** 2 - 0.001 * (run.warmup == "0.2")
+
     sweep = quality.sweep_runs(100, a)
     assert len(sweep) == sum(2 * len(arm.lrs) for arm in quality.ARMS.values())
     assert {r.steps for r in sweep if r.arm == "dense_flops"} == {70}  # 100 / 1.433 in whole log intervals
-    for i, run in enumerate(sweep):
-        write_log(run, 4.0 - 0.01 * (i % 7))
+    for run in sweep[:-1]:
+        write_log(run, loss(run))
+    assert quality.chosen(100, a)["dense_small"] is None  # its last sweep run has not run
+    write_log(sweep[-1], loss(sweep[-1]))
     best = quality.chosen(100, a)
     for name, run in best.items():
-        arm_runs = [(r, 4.0 - 0.01 * (i % 7)) for i, r in enumerate(sweep) if r.arm == name]
-        assert run == min(arm_runs, key=lambda rl: rl[1])[0]
+        assert run == min((r for r in sweep if r.arm == name), key=loss)
+        assert (run.lr, run.warmup) == (quality.ARMS[name].lrs[2], "0.2")
     write_log(best["cola"], 1.0, last_step=best["cola"].steps - 10)  # cut short: no final validation
     assert quality.chosen(100, a)["cola"] is None
     write_log(best["cola"], 4.5)  # finished, now the worst: another setting wins
@@ -94,6 +99,11 @@ def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
     assert len(shared) == 4 * 3 - 2 and not any(r.alone for r in shared)
     assert all((r.lr, r.warmup, r.steps) == (best[r.arm].lr, best[r.arm].warmup, best[r.arm].steps)
                for r in alone + shared)
+    edge = next(r for r in sweep if r.arm == "dense" and r.lr == quality.ARMS["dense"].lrs[0])
+    write_log(edge, 3.0)  # the lowest learning rate now wins: the grid must grow before any seed
+    best = quality.chosen(100, a)
+    assert best["dense"] == edge and quality.at_grid_edge(edge)
+    assert not any(r.arm == "dense" for r in quality.seed_runs(best, True) + quality.seed_runs(best, False))
 
 
 def test_training_seconds_sum_the_logged_windows():
