@@ -178,6 +178,9 @@ def test_cluster_links_by_hand():
     assert (one_nic.alpha_s, one_nic.bus_bw) == (20e-6, 47e9)
     assert two.link(4, 4).bus_bw == 2 * 47e9  # dp 4 at stride 4: ranks 0, 4 | 8, 12: two per node
     assert two.link(16, 1).bus_bw == 370e9  # all 16: 8 NICs a node (376 GB/s) > NVLink's 370
+    # mid-size messages: no faster across nodes than NVLink's curve gives them inside a node
+    assert two.link(16, 1).bus_bw_at(16 * 2**20) == pytest.approx(240e9)
+    assert one_nic.bus_bw_at(16 * 2**20) == 47e9  # one NIC is below NVLink's curve at every size
     assert two.crossing(tp=8, dp=2, pp=1) == ["dp"]
     assert two.crossing(tp=4, dp=2, pp=1) == []
     assert comm_model.Cluster(nodes=2, gpus_per_node=4).crossing(tp=4, dp=1, pp=2) == ["pp"]

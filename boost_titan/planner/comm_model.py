@@ -33,8 +33,8 @@ Which time is exposed (on the critical path of the step):
   (``Collective.overlap_flops``, from the code's real order). Hidden: ``min(t_collective, flops /
   OVERLAP_GEMM_FLOPS)``, an ideal overlap (NCCL's kernels take SMs from the GEMM on a real node, so
   this is a lower bound on the exposed time). Forward collectives are waited for by the next kernel.
-* FSDP2's all-gathers and reduce-scatters: prefetched and overlapped with compute; only what exceeds
-  the step's compute is exposed.
+* FSDP2's all-gathers and reduce-scatters: prefetched and overlapped with compute, phase by phase
+  (``fsdp_exposed_seconds``; pipeline stages: ``pipeline_fsdp_exposed_seconds``).
 * Pipeline parallelism (1F1B, ``m`` microbatches, ``p`` stages): the step takes ``m + p − 1`` stage
   slots instead of ``m`` (the bubble), plus one activation send each way per slot.
 
@@ -44,8 +44,9 @@ tp·dp) either lies inside one node (NVLink, as above) or spans nodes. Across no
 and leaves every node once per channel, and with one 400 Gb/s NIC per GPU (rail-optimised H100 /
 H200 nodes) its channels spread over the NICs of the group's ranks on each node: the ring's bus
 bandwidth is ``min(NVLink bus_bw, NICs used per node × NIC bandwidth)`` (NCCL's ring keeps every
-NIC busy at once; e.g. tp 8 inside the node leaves each dp group one GPU, so one NIC, per node), and
-its latency the network's:
+NIC busy at once; e.g. tp 8 inside the node leaves each dp group one GPU, so one NIC, per node), at
+each message size no more than NVLink's curve gives it (the ring crosses NVLink inside every node),
+and its latency the network's (not growing with the ring's length: not modelled):
 
 * ``nic_bw`` 47 GB/s: one NDR 400 Gb/s InfiniBand NIC under NCCL ("For NDR @ 400Gbps you should see
   46-48GB/s per NIC", an NCCL maintainer, NVIDIA/nccl-tests#290); the same rule gives 100 GB/s for 8
@@ -126,9 +127,11 @@ class Cluster:
         if spanned <= 1:
             return self.node
         per_node = ranks // spanned  # the group's ranks on each node
-        nics = per_node * self.network.nics_per_gpu
-        return Interconnect(self.network.alpha_s, min(self.node.bus_bw, nics * self.network.nic_bw),
-                            f"{spanned} nodes x {per_node} GPUs: {self.network.name}")
+        cap = per_node * self.network.nics_per_gpu * self.network.nic_bw
+        # the ring also crosses NVLink inside each node: no message size runs faster than it does there
+        curve = tuple((n, min(bw, cap)) for n, bw in self.node.curve)
+        return Interconnect(self.network.alpha_s, min(self.node.bus_bw, cap),
+                            f"{spanned} nodes x {per_node} GPUs: {self.network.name}", curve)
 
 
     def p2p_link(self, stages: int, stride: int) -> Interconnect:
