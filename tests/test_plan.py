@@ -425,3 +425,20 @@ def test_pipeline_with_fsdp_as_torch_runs_it(monkeypatch, no_host_floor):
     assert t["step_s"] == pytest.approx(comm_model.pipeline_step_seconds(slot, 4, 2, p2p) + exposed)
     unsharded = plan.memory(args, layout, 4, 4096)["states_bytes"] - 16 * params / 2
     assert unsharded == pytest.approx(6 * params)
+
+
+def test_the_step_graph_is_ranked_where_it_applies():
+    """By default every layout without pipeline stages is ranked as it is and with the step graph;
+    pipeline layouts only without it; the graph variant is never slower, and costs its pool."""
+    rows = plan.plan("7B", 8, batch=1)
+    key = lambda r: (r["strategy"], r["tp"], r["pp"], r["dp"], r["ac"], r["units"])  # noqa: E731
+    flat = {(key(r), r["step_graph"]): r for r in rows}
+    for (k, graph), r in flat.items():
+        if k[2] == 1:
+            assert (k, not graph) in flat
+            if graph:
+                plain = flat[(k, False)]
+                assert r["step_s"] <= plain["step_s"] and r["mem_gib"] > plain["mem_gib"]
+        else:
+            assert not graph
+    assert any(r["step_graph"] for r in rows) and len(rows) > len(plan.plan("7B", 8, batch=1, step_graph=False))

@@ -11,7 +11,8 @@ import argparse
 from boost_titan.planner import predict
 from boost_titan.planner.table import format_table
 
-COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "batch", "accum", "mem_gib", "step_s", "tokens_per_s_gpu",
+COLUMNS = ["strategy", "tp", "pp", "dp", "rep", "units", "ac", "step_graph", "batch", "accum",
+           "mem_gib", "step_s", "tokens_per_s_gpu",
            "tokens_per_s_gpu_tp_not_hidden", "tp_comm_s", "host_s", "bound", "crosses", "rate"]
 
 
@@ -31,9 +32,10 @@ def parser() -> argparse.ArgumentParser:
                    help="pipeline layouts: sequences per microbatch (BOOST: 4); must divide --batch")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--top", type=int, default=12)
-    p.add_argument("--step-graph", action="store_true",
+    p.add_argument("--step-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="layouts without pipeline stages run [boost] step_cudagraph (the step replayed as one "
-                        "CUDA graph: a fixed host time per step instead of one per block)")
+                        "CUDA graph: a fixed host time per step instead of one per block) / never do; "
+                        "default: each is ranked both ways")
     return p
 
 
@@ -52,7 +54,7 @@ def run(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[list[dict], 
     pipe = f", pipeline microbatch {a.microbatch}" if a.microbatch > 1 else ""
     where = f"{a.gpus} GPUs" if a.nodes == 1 else f"{a.nodes} nodes x {a.gpus} GPUs"
     batch = f"local batch {a.batch}" if a.global_batch is None else f"global batch {a.global_batch}"
-    graph = ", step graph where pp = 1" if a.step_graph else ""
+    graph = {True: ", step graph where pp = 1", False: ", no step graph", None: ""}[a.step_graph]
     title = f"{a.flavor} on {where} of {a.gpu_mem:g} GiB, {batch} x {a.seq}{pipe}{graph}"
     print(f"{title}: {len(fitting)} of {len(rows)} layouts fit; PREDICTED (see python -m boost_titan.planner --help)")
     rounded = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]

@@ -60,6 +60,9 @@ Every number printed is a prediction from three parts, each stated here so it ca
   GEMMs beside them and FSDP's traffic hidden phase by phase; ``tokens_per_s_gpu_tp_not_hidden`` the
   same with none of TP's collectives hidden (FSDP still overlapped as above); ``fsdp_exposed_s`` what
   of FSDP's traffic compute cannot hide.
+* **Step graph**: every layout without pipeline stages is ranked twice, as it is and with ``[boost]
+  step_cudagraph`` (the whole step replayed as one CUDA graph; column ``step_graph``), unless
+  ``--step-graph`` / ``--no-step-graph`` fixes it.
 * **Host floor**: the host issues the step while the GPU runs it, so the step is the larger of the
   host's time (``host_seconds``) and the GPU's (compute, exposed TP and FSDP communication): a
   measured time per block and pass (``host_per_block_s``); with ``--step-graph`` (``[boost]
@@ -291,9 +294,9 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
                                                                       rep_link, groups)
     fsdp, fsdp_exposed = accum * fsdp, accum * fsdp_exposed  # every microstep's own
 
-    def step_with(overlap_rate: float) -> tuple[float, float]:
-        """(step, exposed TP communication) with the backward collectives hidden behind the dW GEMMs at
-        ``overlap_rate`` (0: nothing hidden)."""
+    def step_with(overlap_rate: float) -> tuple[float, float, float]:
+        """(step, exposed TP communication, the GPU's time) with the backward collectives hidden behind
+        the dW GEMMs at ``overlap_rate`` (0: nothing hidden)."""
         mb_comm = comm_model.tp_seconds(calls, layout.tp, tp_link, overlap_rate) * (args.n_layers // layout.pp)
         if layout.pp > 1:
             p2p = 2 * math.prod(stream_shape(layout.strategy, microbatch, seq, args.dim, layout.tp))  # bf16
@@ -302,14 +305,15 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             step = m * (mb_compute + mb_comm)
         # the GPU's time: compute, exposed TP collectives and what of FSDP's traffic compute cannot hide;
         # the host issues the step while the GPU runs it, so the step is the larger of the two
-        return max(accum * step + fsdp_exposed, host), accum * m * mb_comm
+        gpu = accum * step + fsdp_exposed
+        return max(gpu, host), accum * m * mb_comm, gpu
 
-    step, tp_comm = step_with(comm_model.OVERLAP_GEMM_FLOPS)
-    step_no_overlap, tp_comm_no_overlap = step_with(0.0)
-    return {"compute_s": accum * compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp, "fsdp_exposed_s": fsdp_exposed,
-            "step_s": step,
+    step, tp_comm, gpu = step_with(comm_model.OVERLAP_GEMM_FLOPS)
+    step_no_overlap, tp_comm_no_overlap, _ = step_with(0.0)
+    return {"compute_s": accum * compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp,
+            "fsdp_exposed_s": fsdp_exposed, "step_s": step,
             "tp_comm_no_overlap_s": tp_comm_no_overlap, "step_no_overlap_s": step_no_overlap,
-            "bound": "host" if host > compute else "gpu",
+            "bound": "host" if host > gpu else "gpu",
             "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
 
 
@@ -335,7 +339,8 @@ def accumulation_steps(local: int) -> list[int]:
 
 
 def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
-         microbatch: int = 1, nodes: int = 1, global_batch: int | None = None, step_graph: bool = False) -> list[dict]:
+         microbatch: int = 1, nodes: int = 1, global_batch: int | None = None,
+         step_graph: bool | None = None) -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
     (tokens/s per GPU: layouts with more data parallelism process more tokens per step).
 
@@ -345,15 +350,19 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
     or whose local batch a pipeline microbatch does not divide, is left out) instead of ``batch``; a
     layout without pipeline stages may run it as gradient accumulation (column ``accum``: passes of
     ``batch`` sequences), whichever fits and is fastest.
-    ``step_graph``: every layout without pipeline stages runs ``[boost] step_cudagraph``."""
+    ``step_graph``: None ranks every layout without pipeline stages with and without ``[boost]
+    step_cudagraph`` (column ``step_graph``); True: with it only; False: without it."""
     from boost_titan.planner.comm_model import Cluster
 
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus)
     args = FLAVORS[flavor].replace(max_seq_len=seq)
     headroom = measured_constants()["memory_headroom"]["value"]
     rows = []
-    for layout in layouts(args, cluster.gpus, max_tp=gpus, gpus_per_node=gpus if nodes > 1 else None):
-        layout = replace(layout, step_graph=step_graph and layout.pp == 1)
+    graphs = (False, True) if step_graph is None else (step_graph,)
+    candidates = [replace(layout, step_graph=graph)
+                  for layout in layouts(args, cluster.gpus, max_tp=gpus, gpus_per_node=gpus if nodes > 1 else None)
+                  for graph in (graphs if layout.pp == 1 else (False,))]
+    for layout in candidates:
         local = batch if global_batch is None else global_batch // layout.dp
         if global_batch is not None and (global_batch % layout.dp or (layout.pp > 1 and local % microbatch)):
             continue
