@@ -8,12 +8,13 @@
 2. BOOST's 13B Fig. 5 row (tp 4 × pp 2, micro-batch 4, 16 sequences per step: on Polaris two 4-GPU
    nodes, one stage each), beside BOOST's A100 seconds.
 3. Strong scaling: 7B / 13B / 30B on 2, 4 and 8 nodes of 8 H200s at a fixed global batch — the best
-   fitting layout of each family (FSDP, HSDP sharded inside the node, pipeline stages) and the best BTP
-   layout with tp > 1; in brackets the dimensions whose collectives cross the network.
+   fitting layout of each family (FSDP, HSDP sharded inside the node, pipeline stages, gradient
+   accumulation, each with and without the step graph where it applies) and the best BTP layout with
+   tp > 1; in brackets the dimensions whose collectives cross the network.
 
 Everything is predicted by ``boost_titan.planner`` (emulated per-rank rates, α–β NVLink and InfiniBand
-model, memory model, and the host floor: a measured host time per block, so that at small local
-batches, where the emulated ranks were host-bound, no layout is predicted faster than its host).
+model, memory model, and the host's time beside the GPU's: a measured host time per block, or per
+step under the step graph; ``python -m boost_titan.planner --help`` says how each term is made).
 """
 
 from __future__ import annotations
