@@ -43,8 +43,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank, world_size, port, fn, args, errors):
+def _worker(rank, world_size, port, fn, args, errors, cuda):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if not cuda:  # a CPU test stays on the CPU on a GPU machine too: torchtitan's ParallelDims and
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # init_device_mesh pick CUDA whenever they see a GPU
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
@@ -62,13 +64,14 @@ def _worker(rank, world_size, port, fn, args, errors):
     os._exit(0)
 
 
-def run_distributed(fn, world_size: int, *args) -> None:
-    """Spawn ``world_size`` processes running ``fn(rank, world_size, *args)``; re-raise any failure."""
+def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
+    """Spawn ``world_size`` gloo processes running ``fn(rank, world_size, *args)``; re-raise any failure.
+    They see no GPU unless ``cuda`` (the test then runs its CUDA arm)."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
     port = free_port()
     try:
-        mp.start_processes(_worker, args=(world_size, port, fn, args, errors), nprocs=world_size,
+        mp.start_processes(_worker, args=(world_size, port, fn, args, errors, cuda), nprocs=world_size,
                            join=True, start_method="spawn")
     except Exception as exc:
         msgs = []

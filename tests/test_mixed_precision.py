@@ -241,7 +241,7 @@ def test_batched_casts_are_one_foreach_each_and_exact(device, tmp_path):
     one ``_foreach_copy_`` (first microbatch) and one ``_foreach_add_`` (second) where FSDP2 packs
     (``fsdp::chunk_cat``) and copies; 3 SGD steps end bit-equal. With a divide factor other than 1 the
     gradients keep FSDP's reduction (and its numbers)."""
-    run_distributed(_plain_fsdp_steps, 1, str(tmp_path / "r.pt"), device)
+    run_distributed(_plain_fsdp_steps, 1, str(tmp_path / "r.pt"), device, cuda=device == "cuda")
     res = torch.load(tmp_path / "r.pt")
     for factor in (1.0, 4.0):
         stock, batched = res[(False, factor)], res[(True, factor)]
