@@ -97,6 +97,8 @@ def test_step_time_by_hand(monkeypatch, no_host_floor):
 
     t8 = plan.step_time(args, plan.Layout("btp", 8, 1, 1, "full"), batch=4, seq=4096)
     assert t8["rate"] == "tp4 (nearest)"
+    t13 = plan.step_time(FLAVORS["13B"], plan.Layout("btp", 4, 1, 1, "none"), batch=4, seq=4096)
+    assert t13["rate"] == "tp4 (measured at 3B/7B)"  # d 5120: a rate measured on smaller models
     assert t8["compute_s"] == pytest.approx(4 * flops_mb / 8 / 400e12 * 4 / 3)
     # tp 8: the same collectives over 8 ranks; dp 1: no FSDP traffic
     assert t8["step_s"] == pytest.approx(t8["compute_s"] + 32 * comm_model.tp_seconds(calls, 8))

@@ -161,6 +161,10 @@ def stage_params(args: TransformerArgs, tp: int, pp: int) -> int:
     return (args.n_layers // pp * layer + ends) // tp
 
 
+MEASURED_MAX_DIM = 4096
+"""The per-rank rates were measured on the 3B and 7B (d 3072 / 4096); a larger model takes them as
+they are, and its rows say so (column ``rate``)."""
+
 PIPELINE_FSDP_UNSHARDED_BYTES = 6
 """Pipeline stages under FSDP: torch's pipelining turns resharding and gradient sync off between
 microbatches (``torch/distributed/pipelining/stage.py``), so the stage's bf16 weights (2 B) and its
@@ -314,7 +318,8 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
             "fsdp_exposed_s": fsdp_exposed, "step_s": step,
             "tp_comm_no_overlap_s": tp_comm_no_overlap, "step_no_overlap_s": step_no_overlap,
             "bound": "host" if host > gpu else "gpu",
-            "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")}
+            "rate": f"tp{rate_tp}" + ("" if rate_tp == layout.tp else " (nearest)")
+            + (" (measured at 3B/7B)" if args.dim > MEASURED_MAX_DIM else "")}
 
 
 def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> float:
