@@ -18,8 +18,8 @@ _COLA = {
 
 _DENSE = {
     # name:                  dim, layers, heads, ffn,  vocab, tied
-    # the dense model with CoLA-60M's training FLOPs per token (1.01x at seq 1024): the quality
-    # experiment's equal-compute arm (docs/design.md, "The model")
+    # a dense model with about CoLA-60M's training FLOPs per token: the quality experiment's
+    # equal-compute arm (scripts/bench/quality.py)
     "60M_flopmatch_fullrank": (384, 8, 6, 1280, 32000, False),
 }
 

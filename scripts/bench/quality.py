@@ -81,7 +81,7 @@ def flops_ratio() -> float:
 
 
 ARMS = {
-    # CoLA's grid reaches down to 3e-4: its first sweep (1e-3 .. 1e-2) chose 1e-3, the grid's lowest
+    # CoLA's grid was extended downward after its first sweep chose its lowest rate (docs/results/quality_60m.md)
     "cola": Arm("60M", 1.0, ("3e-4", "5e-4", "1e-3", "2e-3", "4e-3", "6e-3", "1e-2"), "CoLA-60M, D tokens"),
     "dense": Arm("60M_fullrank", 1.0, ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"), "dense twin, D tokens"),
     "dense_flops": Arm("60M_fullrank", 1 / flops_ratio(), ("5e-4", "1e-3", "2e-3", "3e-3", "5e-3"),
@@ -361,7 +361,7 @@ def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
                  [{k: x for k, x in row.items() if k != "val_curve"} for row in sweep_rows], None)]
     cols = ["arm", "seed", "lr", "warmup", "tokens", "final_train_loss", "final_val_loss", "alone"]
     write_results(a.out, seed_rows, meta, "Quality: CoLA-60M vs dense at equal tokens and equal compute",
-                  columns=cols, sections=sections, notes=_notes(d_steps))
+                  columns=cols, sections=sections, notes=_notes(d_steps, Path(a.out + "_logs")))
     _plot(seed_rows, sweep_rows, a.out + ".png")
     print(VERDICT_RULE)
     print_table(arm_rows)
@@ -369,18 +369,21 @@ def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
     print(f"VERDICT: {v['verdict']}  " + ", ".join(f"{k} {x:.4f}" for k, x in v.items() if isinstance(x, float)))
 
 
-def _notes(d_steps: int) -> str:
+def _notes(d_steps: int, log_dir: Path) -> str:
     stats = json.loads(CORPUS_STATS.read_text()) if CORPUS_STATS.is_file() else None
     corpus = (f"train {stats['train']['tokens'] / 1e6:.2f}M Llama-2 tokens in {stats['train']['docs']} documents, "
               f"validation {stats['validation']['tokens'] / 1e6:.2f}M in {stats['validation']['docs']} documents "
               "(no document in both)") if stats else "corpus stats missing"
+    peaks = [float(m) for path in log_dir.glob("*.log")
+             for m in re.findall(r"memory:\s*([\d.]+)GiB", path.read_text(errors="replace"))]
+    peak = f" Peak memory of a run: {max(peaks):.1f} GiB (torchtitan's reserved memory)." if peaks else ""
     d_tokens = d_steps * SEQ_LEN * BATCH
     epochs = f", {d_tokens / stats['train']['tokens']:.2f} epoch" if stats else ""
     return (f"D = {d_steps} steps x {BATCH} x {SEQ_LEN} = {d_tokens / 1e6:.1f}M tokens{epochs}. "
             f"R = {flops_ratio():.3f} (dense twin / CoLA training FLOPs per token at seq {SEQ_LEN}). "
             f"Corpus: {corpus}. Every run validates on the whole held-out split. The header's date, device "
             "and versions are the machine's that wrote this report from the logs; the runs trained on "
-            "runs_device (`<out>_logs/`, one log per run, its command on the first line).")
+            "runs_device (`<out>_logs/`, one log per run, its command on the first line)." + peak)
 
 
 def _plot(seed_rows: list[dict], sweep_rows: list[dict], path: str) -> None:
@@ -425,7 +428,8 @@ def main() -> None:
     p.add_argument("--arms", default=",".join(ARMS), help="limit the sweep stage to these arms")
     p.add_argument("--d-steps", type=int, default=500, help=f"D in steps of {BATCH} x {SEQ_LEN} tokens")
     p.add_argument("--parallel", type=int, default=6,
-                   help="runs at once on the one GPU (sweep and seeds); each 60M run holds ~10.6 GiB: 6 fit an H100")
+                   help="runs at once on the one GPU (sweep and seeds); each run's peak memory is in the "
+                        "report's notes (6 fit an 80 GB GPU)")
     p.add_argument("--val-points", type=int, default=10, help="about this many validations per run")
     p.add_argument("--log-freq", type=int, default=10)
     p.add_argument("--extra", default="", help='more CLI overrides for every run (last); write --extra="--a.b c"')
