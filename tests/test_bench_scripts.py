@@ -106,6 +106,25 @@ def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
     assert not any(r.arm == "dense" for r in quality.seed_runs(best, True) + quality.seed_runs(best, False))
 
 
+def test_quality_logs_pack_reproducibly_and_resume(tmp_path):
+    """The committed log archive holds every log byte for byte, is the same bytes when packed twice,
+    and is unpacked where the folder is missing (a fresh clone resumes from it)."""
+    a = SimpleNamespace(out=str(tmp_path / "q"))
+    folder = tmp_path / "q_logs"
+    folder.mkdir()
+    logs = {"b.log": "second\n", "a.log": "# command: x\nfirst\n"}
+    for name, text in logs.items():
+        (folder / name).write_text(text)
+    quality.pack_logs(a)
+    first = (tmp_path / "q_logs.tar.gz").read_bytes()
+    quality.pack_logs(a)
+    assert (tmp_path / "q_logs.tar.gz").read_bytes() == first
+    for path in folder.iterdir():
+        path.unlink()
+    quality.unpack_logs(a)
+    assert {p.name: p.read_text() for p in folder.iterdir()} == logs
+
+
 def test_training_seconds_sum_the_logged_windows():
     # 1000 tokens per step; windows of 10 steps at 2000 tok/s (5 s) then 10 steps at 5000 tok/s (2 s)
     run = {"tokens_per_step": 1000, "steps": [{"step": 10, "tps": 2000.0}, {"step": 20, "tps": 5000.0}]}

@@ -29,6 +29,9 @@ in ``VERDICT_RULE`` (fixed before any run, printed by ``--rule``)::
     python -m scripts.bench.quality --stages sweep,speed,seeds --parallel 6 --out docs/results/quality_60m
     python -m scripts.bench.quality --stages report --out docs/results/quality_60m   # from the logs alone
 
+The logs live in ``<out>_logs/`` and are committed packed as ``<out>_logs.tar.gz`` (rewritten after
+every call, unpacked where the folder is missing), so a later call, on another machine, resumes.
+
 Validation is the whole held-out split, ~10 times per run, on logging steps (so no tokens/s window
 holds a validation). ``--extra`` overrides go last, to every run (write ``--extra="--a.b c"``).
 """
@@ -36,10 +39,12 @@ holds a validation). ``--extra`` overrides go last, to every run (write ``--extr
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import re
 import statistics
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -142,6 +147,27 @@ def overrides(run: Run, a: argparse.Namespace) -> list[str]:
 
 def traced_step(steps: int) -> int:
     return steps - 3  # not a multiple of the logging interval: no validation, no log sync
+
+
+def pack_logs(a: argparse.Namespace) -> None:
+    """``<out>_logs/`` as one reproducible ``<out>_logs.tar.gz`` (the folder itself is not committed)."""
+    folder = Path(a.out + "_logs")
+    with open(a.out + "_logs.tar.gz", "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+            for path in sorted(folder.glob("*.log")):
+                info = tar.gettarinfo(str(path), arcname=f"{folder.name}/{path.name}")
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+
+
+def unpack_logs(a: argparse.Namespace) -> None:
+    """Resume from the committed ``<out>_logs.tar.gz`` where ``<out>_logs/`` is not here (a fresh clone)."""
+    folder, packed = Path(a.out + "_logs"), Path(a.out + "_logs.tar.gz")
+    if packed.is_file() and not any(folder.glob("*.log")):
+        with tarfile.open(packed) as tar:
+            tar.extractall(folder.parent, members=[m for m in tar.getmembers() if m.isfile()
+                                                   and m.name.startswith(folder.name + "/") and ".." not in m.name])
 
 
 def log_path(run: Run, a: argparse.Namespace) -> Path:
@@ -383,7 +409,7 @@ def _notes(d_steps: int, log_dir: Path) -> str:
             f"R = {flops_ratio():.3f} (dense twin / CoLA training FLOPs per token at seq {SEQ_LEN}). "
             f"Corpus: {corpus}. Every run validates on the whole held-out split. The header's date, device "
             "and versions are the machine's that wrote this report from the logs; the runs trained on "
-            "runs_device (`<out>_logs/`, one log per run, its command on the first line)." + peak)
+            "runs_device (`<out>_logs.tar.gz`: one log per run, its command on the first line)." + peak)
 
 
 def _plot(seed_rows: list[dict], sweep_rows: list[dict], path: str) -> None:
@@ -449,6 +475,7 @@ def main() -> None:
     stages = [s for s in a.stages.split(",") if s]
     if unknown := set(stages) - {"sweep", "speed", "seeds", "report"}:
         p.error(f"unknown stages {sorted(unknown)}; choose from sweep, speed, seeds, report")
+    unpack_logs(a)
     Path(a.out + "_logs").mkdir(parents=True, exist_ok=True)
     print(VERDICT_RULE, flush=True)
     if "sweep" in stages:
@@ -468,6 +495,7 @@ def main() -> None:
     meta["command"] = f"python -m scripts.bench.quality --d-steps {a.d_steps} --parallel {a.parallel} --out {a.out}" + \
         (f' --extra="{a.extra}"' if a.extra else "")
     report(a.d_steps, a, meta)
+    pack_logs(a)
 
 
 if __name__ == "__main__":
