@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from .device_copy import microbatch_to_device
+
 WARMUP_STEPS = 2  # eager steps on the capture stream before the capture
 
 
@@ -97,8 +99,6 @@ class StepGraph:
 
     def _stage(self, microbatches) -> None:
         """Copy the microbatches into the static device buffers (allocated at the first call)."""
-        from torchtitan_ext.train import microbatch_to_device
-
         if self.static is None:
             self.static = [microbatch_to_device(mb, self.trainer.device) for mb in microbatches]
             return

@@ -37,6 +37,7 @@ from torchtitan import train as titan_train
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.distributed import utils as dist_utils
 
+from .device_copy import microbatch_to_device
 from .faults import check_nonfinite_at_exit
 from .hf_adapter import write_metadata_after_hf_save
 from .step_graph import StepGraph, step_cudagraph_problem
@@ -119,21 +120,6 @@ class Trainer(titan_train.Trainer):
     def nonfinite_guards(self):
         """The run's non-finite guards (``faults.NonFiniteGuard``), which :class:`StepGraph` arms per replay."""
         return registered_hand_offs().guards
-
-
-def microbatch_to_device(microbatch, device: torch.device):
-    """A loader's ``(input_dict, labels)`` with its tensors on ``device`` (:func:`to_device`)."""
-    inputs, labels = microbatch
-    return {k: to_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}, to_device(labels, device)
-
-
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on ``device`` without waiting for the GPU: a pageable copy to CUDA waits for all
-    queued work, a copy from pinned memory does not (the caching host allocator keeps the pinned
-    buffer until the copy has run)."""
-    if device.type == "cuda" and tensor.device.type == "cpu":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 def main_then_exit(trainer_class=Trainer) -> None:
