@@ -3,7 +3,7 @@
 The text datasets are entries in torchtitan's ``DATASETS`` table (so torchtitan's validator finds
 them by name) and are served by :class:`PackedText`: torchtitan's token stream, tokenised once up
 front. Nothing is downloaded at run time: "embedded" ships in the repo and "corpus" (gzip'd JSON
-lines, ~73 MB of text, ~19M GPT-2 tokens) is built once by ``scripts/build_corpus.py``.
+lines, sizes in docs/training.md) is built once by ``scripts/build_corpus.py``.
 """
 
 import bz2

@@ -246,7 +246,7 @@ def replica_all_reduce_exposed_seconds(shard_params: float, replicas: int, compu
     """HSDP's all-reduces run on their own link (the network), beside the node's FSDP traffic: each
     follows its unit's reduce-scatter and hides under the backward (two thirds of the compute), except
     the last, which follows the last reduce-scatter."""
-    per_unit = replica_all_reduce_seconds(shard_params, replicas, link, 1, grad_bytes / groups)
+    per_unit = collective_seconds("all_reduce", shard_params * grad_bytes / groups, replicas, link)
     if groups == 1:
         return per_unit
     return per_unit + max(0.0, (groups - 1) * per_unit - 2 * compute_s / 3)

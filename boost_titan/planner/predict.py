@@ -32,9 +32,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
   reduce-scatter but the last under its two thirds; ``comm_model.fsdp_exposed_seconds``), all of it
   exposed with one unit per stage (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); HSDP's
   replica all-reduces, on the network beside NVLink's traffic, likewise under the backward but the last;
-  1F1B pipelines take ``m + p − 1``
-  slots of one microbatch (``m`` = batch / microbatch) on the slowest stage (the last: its blocks and
-  the lm_head), plus one activation send each way per slot. The slot comes from the b 4 rate,
+  1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` = batch / microbatch) on the
+  slowest stage (the last: its blocks and the lm_head), plus one activation send each way per slot. The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
   0.37 / 0.36 s per step, ``docs/results/emulate_13b_mb1.md``), so btp's pipeline rows at microbatch 1
@@ -65,7 +64,7 @@ Every number printed is a prediction from three parts, each stated here so it ca
   ``--step-graph`` / ``--no-step-graph`` fixes it.
 * **Host floor**: the host issues the step while the GPU runs it, so the step is the larger of the
   host's time (``host_seconds``) and the GPU's (compute, exposed TP and FSDP communication): a
-  measured time per block and pass (``host_per_block_s``); with ``--step-graph`` (``[boost]
+  measured time per block and pass (``host_per_block_s``); under the step graph (``[boost]
   step_cudagraph``, layouts without pipeline stages) a fixed measured time per step instead, and the
   graph's memory pool (``step_graph``).
 
