@@ -33,7 +33,8 @@ Every number printed is a prediction from three parts, each stated here so it ca
   exposed with one unit per stage (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); HSDP's
   replica all-reduces, on the network beside NVLink's traffic, likewise under the backward but the last;
   1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` = batch / microbatch) on the
-  slowest stage (the last: its blocks and the lm_head), plus one activation send each way per slot. The slot comes from the b 4 rate,
+  slowest stage (the last: its blocks and the lm_head), plus one activation send each way per slot.
+  The slot comes from the b 4 rate,
   so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
   emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
   0.37 / 0.36 s per step, ``docs/results/emulate_13b_mb1.md``), so btp's pipeline rows at microbatch 1
