@@ -486,7 +486,7 @@ def doc_hash(text: str) -> int:
 def token_counts(docs: list[str]) -> list[int]:
     """Llama-2 tokens per document, the BOS/EOS pair the loader adds around each included."""
     sys.path.insert(0, str(REPO))
-    from boost_titan.data.tokenizer import LLAMA2_MODEL, SentencePieceTokenizer
+    from torchtitan_ext.cola_llama.data.tokenizer import LLAMA2_MODEL, SentencePieceTokenizer
 
     sp = SentencePieceTokenizer(LLAMA2_MODEL).processor
     return [len(ids) + 2 for ids in sp.encode(docs, num_threads=os.cpu_count() or 1)]
@@ -617,7 +617,7 @@ def build_embedded() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedded", action="store_true",
-                        help="regenerate the committed boost_titan/data/assets/embedded/data.jsonl instead")
+                        help="regenerate the committed torchtitan_ext/cola_llama/data/assets/embedded/data.jsonl instead")
     parser.add_argument("--skip", default="", help=f"comma-separated sources to leave out, of: {','.join(SOURCES)}")
     args = parser.parse_args()
     if args.embedded:

@@ -7,7 +7,7 @@ tokenizations. This script writes the SentencePiece model from the GGUF's pieces
 checks it against every reference tokenization, and copies the references beside it for the tests:
 
     pip install gguf sentencepiece protobuf        # set-up only; training needs sentencepiece alone
-    python scripts/build_tokenizer.py              # -> boost_titan/data/assets/llama2.model
+    python scripts/build_tokenizer.py              # -> torchtitan_ext/cola_llama/data/assets/llama2.model
 
 The result encodes exactly as Meta's model on llama.cpp's 46 reference strings (functionally equal,
 not byte-identical). The committed file is what this script writes; re-running it must leave

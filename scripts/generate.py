@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 import torch  # noqa: E402
 
 from boost_titan.checkpoints import load_model  # noqa: E402
-from boost_titan.data import build_tokenizer  # noqa: E402
 from boost_titan.generation import generate  # noqa: E402
+from torchtitan_ext.cola_llama.data import build_tokenizer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ RDZV_ENDPOINT=${RDZV_ENDPOINT:-}
 RDZV_ID=${RDZV_ID:-boost_titan}
 LOG_RANK=${LOG_RANK:-0}
 CONFIG_FILE=${CONFIG_FILE:-train_configs/debug_cpu.toml}
-TRAIN_FILE=${TRAIN_FILE:-torchtitan_ext.train}  # torchtitan.train, exiting cleanly (see the module)
+TRAIN_FILE=${TRAIN_FILE:-torchtitan_ext.runtime.train}  # torchtitan.train, exiting cleanly (see the module)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 for arg in "$@"; do
@@ -27,7 +27,7 @@ for arg in "$@"; do
       echo "  trains the cola_llama family with torchtitan's loop; configs in train_configs/, any key overridable."
       echo "  --help-all lists all of torchtitan's options (slow: ~20 s, ~900 lines)."
       echo
-      python3 torchtitan_ext/job_config.py
+      python3 torchtitan_ext/cola_llama/job_config.py
       exit 0 ;;
     --help-all)
       exec python3 -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" --help ;;
@@ -37,10 +37,10 @@ if [ ! -f "$CONFIG_FILE" ]; then
   echo "config error: CONFIG_FILE=$CONFIG_FILE does not exist (the family's configs: $(ls train_configs/*.toml | tr '\n' ' '))" >&2
   exit 2
 fi
-# one readable line per configuration problem, before any rank starts (torchtitan_ext/preflight.py)
+# one readable line per configuration problem, before any rank starts (torchtitan_ext/runtime/preflight.py)
 # (it also claims the checkpoint folder for this process, which exec becomes torchrun: one live run per folder)
 NGPU=$NGPU NNODES=$NNODES NODE_RANK=$NODE_RANK RDZV_ENDPOINT=$RDZV_ENDPOINT BOOST_LAUNCHER_PID=$$ \
-  python3 -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" "$@" || exit 2
+  python3 -m torchtitan_ext.runtime.preflight --job.config_file "$CONFIG_FILE" "$@" || exit 2
 
 if [ -n "${COMM_MODE:-}" ]; then  # fake_backend: dry-run an NGPU layout in one process
   NGPU=$NGPU LOCAL_RANK=0 exec python3 -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" "$@" \

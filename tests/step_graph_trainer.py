@@ -1,5 +1,5 @@
 """The trainer of ``test_step_graph_runs_the_plain_step``: every step goes through
-:class:`torchtitan_ext.step_graph.StepGraph` — its static device buffers, its device learning rates, the
+:class:`torchtitan_ext.runtime.step_graph.StepGraph` — its static device buffers, its device learning rates, the
 trainer's ``device_step`` — run eagerly (``capture=False``: no CUDA graph on a CPU), launched by
 ``scripts/run_train.sh`` as ``TRAIN_FILE=tests.step_graph_trainer``.
 
@@ -11,8 +11,8 @@ depends on values (``nonzero``, ``masked_select``, ``unique``) fails the run wit
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchtitan_ext.step_graph import WARMUP_STEPS, StepGraph
-from torchtitan_ext.train import Trainer, main_then_exit
+from torchtitan_ext.runtime.step_graph import WARMUP_STEPS, StepGraph
+from torchtitan_ext.runtime.train import Trainer, main_then_exit
 
 HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive"}
 

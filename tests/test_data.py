@@ -14,7 +14,8 @@ from torchtitan.components.tokenizer import HuggingFaceTokenizer
 from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset
 
-from boost_titan.data import (
+from scripts.build_tokenizer import reference_pairs
+from torchtitan_ext.cola_llama.data import (
     SentencePieceTokenizer,
     TiktokenTokenizer,
     build_dataloader,
@@ -22,9 +23,8 @@ from boost_titan.data import (
     build_validation_dataloader,
     build_validator,
 )
-from boost_titan.data.datasets import CORPUS_DIR, EMBEDDED_JSONL, PackedText
-from boost_titan.data.tokenizer import ASSETS_DIR, GPT2_TIKTOKEN, LLAMA2_MODEL
-from scripts.build_tokenizer import reference_pairs
+from torchtitan_ext.cola_llama.data.datasets import CORPUS_DIR, EMBEDDED_JSONL, PackedText
+from torchtitan_ext.cola_llama.data.tokenizer import ASSETS_DIR, GPT2_TIKTOKEN, LLAMA2_MODEL
 
 SENTENCE = "The quick brown fox jumps over the lazy dog. Hello, world!"
 GPT2_IDS = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 18435, 11, 995, 0]
@@ -34,7 +34,7 @@ LLAMA2_IDS = [450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203,
 
 def job_config(*args: str):
     """A real torchtitan JobConfig with our [boost] section, from command-line style overrides."""
-    return ConfigManager().parse_args(["--job.custom_config_module", "torchtitan_ext.job_config", *args])
+    return ConfigManager().parse_args(["--job.custom_config_module", "torchtitan_ext.cola_llama.job_config", *args])
 
 
 def tokenizer_for(spec: str):

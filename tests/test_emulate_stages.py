@@ -1,4 +1,4 @@
-"""Playing a later pipeline stage on the fake backend (torchtitan_ext.emulate): the stage's input shape,
+"""Playing a later pipeline stage on the fake backend (torchtitan_ext.runtime.emulate): the stage's input shape,
 which a real run receives from the previous stage, is supplied for the family's residual stream."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def job(tp: int, strategy: str, dtype: str = "bfloat16"):
                                                  (4, "fullrank", [2, 16, 256]), (4, "vanilla", [2, 64, 256])])
 def test_stage_input_is_the_residual_stream_in_the_strategy_layout(tp, strategy, shape):
     """btp keeps d sharded between blocks, Megatron + SP the sequence, vanilla nothing."""
-    from torchtitan_ext.emulate import stage_input
+    from torchtitan_ext.runtime.emulate import stage_input
 
     t = stage_input(job(tp, strategy), dim=256)
     assert list(t.shape) == shape and t.dtype == torch.bfloat16 and t.device.type == "meta"
@@ -52,7 +52,7 @@ def test_every_stage_of_a_tp2_pp2_layout_runs_on_the_fake_backend(tmp_path):
 
 @pytest.mark.skipif(HOOK, reason="torch 2.11 has the hook")
 def test_later_stage_without_the_hook_fails_with_one_line():
-    from torchtitan_ext import emulate
+    from torchtitan_ext.runtime import emulate
 
     with pytest.raises(RuntimeError, match=r"EMULATE_RANK=\d+ may hold a later pipeline stage.*use torch 2.11"):
         emulate.RANK = 2

@@ -64,7 +64,7 @@ def test_one_live_run_per_checkpoint_folder(tmp_path):
     import json
     import socket
 
-    from torchtitan_ext.faults import claim_checkpoint_folder, lock_path
+    from torchtitan_ext.runtime.faults import claim_checkpoint_folder, lock_path
 
     folder = tmp_path / "dump" / "checkpoint"
     assert claim_checkpoint_folder(str(folder), os.getpid()) is None  # this test's process holds it
@@ -161,7 +161,7 @@ def test_guard_skips_a_step_exactly(fused, monkeypatch):
     import torch
     from torchtitan.tools.logging import logger
 
-    from torchtitan_ext.faults import NonFiniteGuard
+    from torchtitan_ext.runtime.faults import NonFiniteGuard
 
     warnings = []
     monkeypatch.setattr(logger, "warning", warnings.append)
@@ -204,8 +204,9 @@ def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeyp
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.tools.logging import logger
 
-    from torchtitan_ext import faults, train_spec
-    from torchtitan_ext.hand_offs import HandOffs
+    from torchtitan_ext.cola_llama import spec as train_spec
+    from torchtitan_ext.cola_llama.hand_offs import HandOffs
+    from torchtitan_ext.runtime import faults
 
     monkeypatch.setattr(dist_utils, "clip_grad_norm_", dist_utils.clip_grad_norm_)  # undone after the test
     hand_offs = HandOffs()
@@ -254,7 +255,7 @@ def test_guard_stop_names_the_step(capsys):
     with nothing after it, the exit check does."""
     import torch
 
-    from torchtitan_ext.faults import NonFiniteGuard, check_nonfinite_at_exit
+    from torchtitan_ext.runtime.faults import NonFiniteGuard, check_nonfinite_at_exit
 
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)

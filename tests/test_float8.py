@@ -156,7 +156,7 @@ def test_boost_section_offers_exactly_the_kernels_the_ops_know():
     from typing import get_args
 
     from boost_titan.ops.attention import BACKENDS
-    from torchtitan_ext.job_config import Boost
+    from torchtitan_ext.cola_llama.job_config import Boost
 
     assert get_args(Boost.__annotations__["float8"]) == float8.RECIPES
     assert get_args(Boost.__annotations__["attention"]) == BACKENDS

@@ -32,7 +32,7 @@ def _forward_dtypes(rank, world_size, layout: dict, precision: str, out, *overri
     from torchtitan.distributed import ParallelDims
 
     from boost_titan.models import Transformer
-    from torchtitan_ext.parallelize import parallelize_cola
+    from torchtitan_ext.cola_llama.parallelize import parallelize_cola
 
     job = _job_config("--training.mixed_precision_param", precision,
                       "--parallelism.tensor_parallel_degree", str(layout.get("tp", 1)),
@@ -163,7 +163,7 @@ def test_fsdp_units_of_several_blocks_change_the_wrapping_not_the_numbers(tmp_pa
 
 
 def _batched_cast(rank, world_size, path):
-    import torchtitan_ext.parallelize as parallelize
+    import torchtitan_ext.cola_llama.parallelize as parallelize
 
     results = {}
     for batched in (False, True):

@@ -67,7 +67,7 @@ def test_killing_one_node_ends_the_other(tmp_path):
 
 def test_multinode_config_errors(tmp_path):
     """Through run_train.sh once (the variables reach the preflight), then the rules in process."""
-    from torchtitan_ext.preflight import problems
+    from torchtitan_ext.runtime.preflight import problems
 
     proc = _start(tmp_path, tiny(), 2, 0, NNODES="2", NODE_RANK="0")
     out, _ = proc.communicate(timeout=120)

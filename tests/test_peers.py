@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from boost_titan.models import FLAVORS, Transformer
-from torchtitan_ext.peers import PEER_FLAVORS
+from torchtitan_ext.cola_llama.peers import PEER_FLAVORS
 
 from conftest import ROOT, run_train
 

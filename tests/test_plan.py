@@ -1,16 +1,16 @@
 """The layout planner's arithmetic (``python -m boost_titan.planner``) against hand computations."""
 
 import dataclasses
-import types
 
 import pytest
 
 from boost_titan.models import FLAVORS
 from boost_titan.models.args import count_params, flops_per_token
 from boost_titan.parallel import STRATEGIES, btp, check_tp
+from boost_titan.parallel.base import Strategy
 from boost_titan.planner import comm_model
 from boost_titan.planner import predict as plan
-from boost_titan.planner.costs import StrategyCosts
+from boost_titan.planner.costs import COSTS, StrategyCosts
 
 
 @pytest.fixture
@@ -22,10 +22,9 @@ def no_host_floor(monkeypatch):
 
 
 def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
-    """Give strategies other per-rank TFLOP/s in their ``PLANNER``."""
+    """Give strategies other per-rank TFLOP/s in their planner parameters."""
     for name, by_tp in rates.items():
-        module = STRATEGIES[name]
-        monkeypatch.setattr(module, "PLANNER", dataclasses.replace(module.PLANNER, tflops_by_tp=by_tp))
+        monkeypatch.setitem(COSTS, name, dataclasses.replace(COSTS[name], tflops_by_tp=by_tp))
 
 def last_of_two_stages(args) -> float:
     """FLOPs per token of the last of two pipeline stages: half the blocks and the whole lm_head (6·V·d)."""
@@ -149,9 +148,9 @@ def test_memory_budget_layout_by_hand(monkeypatch):
         none, budget = (plan.Layout(strategy, 2, 1, 4, ac) for ac in ("none", "budget"))
         m0, m1 = plan.memory(args, none, 4, 4096), plan.memory(args, budget, 4, 4096)
         assert m1["states_bytes"] == m0["states_bytes"]
-        a_sh, a_rep = STRATEGIES[strategy].PLANNER.activation_d
+        a_sh, a_rep = COSTS[strategy].activation_d
         assert m1["activation_bytes"] == pytest.approx(keep * (a_sh / 2 + a_rep) * args.dim * 4 * 4096 * 32)
-        rate = STRATEGIES[strategy].PLANNER.tflops_by_tp[2] * 1e12
+        rate = COSTS[strategy].tflops_by_tp[2] * 1e12
         t1 = plan.step_time(args, budget, 4, 4096)
         assert t1["compute_s"] == pytest.approx(flops_per_token(args, 4096) * 4 * 4096 / 2 / rate * time)
 
@@ -163,7 +162,7 @@ def test_train_command_runs_the_layout():
                    "--parallelism.data_parallel_shard_degree 1 --training.local_batch_size 16 --training.seq_len 4096 "
                    "--compile.enable --activation_checkpoint.mode memory_budget --activation_checkpoint.memory_budget 0.9 "
                    "--parallelism.pipeline_parallel_microbatch_size 4")
-    from torchtitan_ext.preflight import problems
+    from torchtitan_ext.runtime.preflight import problems
 
     flags = plan.train_command("debugmodel", plan.Layout("btp", 2, 1, 1, "budget"), batch=2, seq=64).split()[2:]
     assert problems(["--job.config_file", "train_configs/debug_cpu.toml", *flags], 2) == []
@@ -259,12 +258,12 @@ def test_hsdp_by_hand(monkeypatch):
     assert "--parallelism.data_parallel_shard_degree 4 --parallelism.data_parallel_replicate_degree 2" in cmd
 
 
-def test_a_new_strategy_states_its_own_planner_parameters(monkeypatch):
-    """A strategy added to the registry alone (here btp's plan under another name, with its own
-    ``PLANNER``) is planned from its own parameters: no planner file changes."""
-    toy = types.SimpleNamespace(plan=btp.plan, sharded_sizes=btp.sharded_sizes, LOWRANK=True, STREAM=btp.STREAM,
-                                PLANNER=StrategyCosts({2: 100.0}, (30.0, 2.0)))
+def test_a_new_strategy_is_planned_from_its_own_parameters(monkeypatch):
+    """A strategy added to the registry (here btp's plan under another name) with its own entry in
+    ``COSTS`` is planned from those parameters; without an entry the planner says what to add."""
+    toy = Strategy("toy", lowrank=True, stream=btp.STREAM, plan=btp.plan)
     monkeypatch.setitem(STRATEGIES, "toy", toy)
+    monkeypatch.setitem(COSTS, "toy", StrategyCosts({2: 100.0}, (30.0, 2.0)))
     rows = [r for r in plan.plan("7B", gpus=4) if r["strategy"] == "toy"]
     assert {(r["tp"], r["ac"]) for r in rows if r["pp"] == 1} >= {(1, "none"), (2, "none"), (4, "none")}
     args = FLAVORS["7B"]
@@ -273,8 +272,8 @@ def test_a_new_strategy_states_its_own_planner_parameters(monkeypatch):
     assert row["compute_s"] == pytest.approx(flops_per_token(args, 4096) * 4 * 4096 / 4 / 100e12)
     mem = plan.memory(args, plan.Layout("toy", 4, 1, 1, "none"), 4, 4096)
     assert mem["activation_bytes"] == pytest.approx((30.0 / 4 + 2.0) * args.dim * 4 * 4096 * args.n_layers)
-    monkeypatch.setattr(toy, "PLANNER", None)
-    with pytest.raises(ValueError, match="tp_strategy='toy' states no planner parameters"):
+    monkeypatch.delitem(COSTS, "toy")
+    with pytest.raises(ValueError, match=r"tp_strategy='toy' has no planner parameters: add COSTS\['toy'\]"):
         plan.plan("7B", gpus=4)
 
 

@@ -21,7 +21,7 @@ def test_btp_plan_is_a_dict_of_styles():
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_plans_the_same_modules(strategy):
     """The registry's plans cover the same module paths: a strategy differs in styles, not in coverage."""
-    args = ARGS if STRATEGIES[strategy].LOWRANK else DENSE
+    args = ARGS if STRATEGIES[strategy].lowrank else DENSE
     assert set(tp_plan(strategy, args, tp=2)) == set(tp_plan("btp", ARGS, tp=2))
 
 

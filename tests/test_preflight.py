@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from torchtitan_ext.preflight import problems
+from torchtitan_ext.runtime.preflight import problems
 
 BASE = ["--job.config_file", "train_configs/debug_cpu.toml"]
 
@@ -31,6 +31,9 @@ def test_the_shipped_configs_pass():
      "activation_checkpoint.mode='memory_budget' chooses what to recompute inside compiled graphs: it needs --compile.enable"),
     (["--activation_checkpoint.mode", "memory_budget", "--compile.enable", "--activation_checkpoint.memory_budget", "1.5"],
      2, "activation_checkpoint.memory_budget=1.5 must be in [0, 1]"),
+    (["--boost.fsdp_blocks_per_unit", "0"], 2, "[boost] fsdp_blocks_per_unit=0 must be at least 1"),
+    (["--boost.one_rank_fsdp_groups", "9"], 2, "[boost] one_rank_fsdp_groups=9 must be between 1 and the 4 blocks"),
+    (["--parallelism.context_parallel_degree", "2"], 4, "context_parallel_degree=2: context parallelism is not supported"),
     (["--boost.cudagraphs"], 2, "cudagraphs=true replays the compiled blocks as CUDA graphs: set compile.enable = true"),
     (["--boost.cudagraphs", "--compile.enable", "--compile.backend", "aot_eager"], 2,
      "cudagraphs=true needs compile.backend = 'inductor', got 'aot_eager'"),
@@ -60,17 +63,33 @@ def test_step_cudagraph_problems_on_a_cuda_device(overrides, expected):
     from torchtitan.config import ConfigManager
 
     import torchtitan_ext  # noqa: F401  (the [boost] section)
-    from torchtitan_ext.step_graph import step_cudagraph_problem
+    from torchtitan_ext.cola_llama.job_config import step_cudagraph_problem
 
     job = ConfigManager().parse_args(BASE + ["--boost.step_cudagraph", *overrides])
-    pp = job.parallelism.pipeline_parallel_degree
-    problem = step_cudagraph_problem(job, torch.device("cuda"), pp)
+    problem = step_cudagraph_problem(job, torch.device("cuda"))
     assert problem == expected if expected is None else expected in problem, problem
-    assert step_cudagraph_problem(ConfigManager().parse_args(BASE), torch.device("cpu"), 1) is None  # off: fine
+    assert step_cudagraph_problem(ConfigManager().parse_args(BASE), torch.device("cpu")) is None  # off: fine
+
+
+def test_each_rule_is_written_once():
+    """Every message of the family's rules lives in ``cola_llama/job_config.py`` alone: the preflight,
+    parallelize and the trainer call those functions instead of repeating a check."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    messages = ["lowrank_checkpoint=true replaces", "fsdp_blocks_per_unit={", "one_rank_fsdp_groups={",
+                "cudagraphs=true needs", "step_cudagraph=true needs", "fused_cross_entropy=true needs",
+                "must be divisible by {tp * 2 * cp}", "context parallelism is not supported",
+                "memory_budget={", "is not divisible by tp·pp·cp", "needs RDZV_ENDPOINT", "has no config.json",
+                "but the model's vocab_size is"]
+    sources = {p: p.read_text() for folder in ("boost_titan", "torchtitan_ext") for p in (root / folder).rglob("*.py")}
+    for message in messages:
+        where = [p.relative_to(root).as_posix() for p, text in sources.items() if message in text]
+        assert where == ["torchtitan_ext/cola_llama/job_config.py"], (message, where)
 
 
 def test_eta_text_by_hand():
-    from torchtitan_ext.logs import eta_text
+    from torchtitan_ext.runtime.logs import eta_text
 
     assert eta_text(1, 30, 1, 100.0, 100.0) == "  [1/30, eta n/a]"
     # 10 steps after the first logged one took 20 s: 2 s a step, 20 steps left → 40 s
@@ -126,8 +145,8 @@ def test_corrupt_gzip_corpus_is_named(tmp_path):
 
 
 def test_dataset_too_short_for_one_batch_on_a_rank(tmp_path):
-    from boost_titan.data.datasets import DataError, _packed_loader
-    from boost_titan.data.tokenizer import build_tokenizer
+    from torchtitan_ext.cola_llama.data.datasets import DataError, _packed_loader
+    from torchtitan_ext.cola_llama.data.tokenizer import build_tokenizer
 
     short = tmp_path / "train.jsonl"
     short.write_text('{"text": "a few words only"}\n{"text": "and a few more"}\n')

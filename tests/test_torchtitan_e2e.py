@@ -66,7 +66,7 @@ class Spec:
     resume_step: int | None = 15  # ... its step-15, or None: its whole checkpoint folder (the latest wins)
     hf_import_from: str | None = None  # load the weights of this run's last (Hugging Face) save first
     nodes: int = 1  # > 1: that many run_train.sh launchers of ngpu ranks each, one c10d rendezvous (localhost)
-    train_file: str | None = None  # run_train.sh's TRAIN_FILE (default: torchtitan_ext.train)
+    train_file: str | None = None  # run_train.sh's TRAIN_FILE (default: torchtitan_ext.runtime.train)
 
     @property
     def source(self) -> str | None:
@@ -407,7 +407,7 @@ def test_fsdp_tp_matches_fsdp(runs):
 
 @pytest.mark.parametrize("layout", ["fsdp_tp", "accum"])
 def test_train_step_matches_torchtitans(runs, layout):
-    """The trainer's sync-free train step (torchtitan_ext/train.py) trains exactly as torchtitan 0.2.2's
+    """The trainer's sync-free train step (torchtitan_ext/runtime/train.py) trains exactly as torchtitan 0.2.2's
     own: same logged loss and gradient norm at every step, bit for bit, under FSDP2 x TP2 (the token
     count all-reduced over the batch ranks) and with 2 microbatches per step."""
     ours, stock = {"fsdp_tp": ("dp2_tp2", "dp2_tp2_stock"), "accum": ("dp2_accum", "dp2_accum_stock")}[layout]

@@ -43,7 +43,7 @@ PATCHES: dict[str, Patch] = {
         "torchtitan.tools.utils:device_type", TORCHTITAN,
         "torchtitan picks its device type and module at import and falls back to 'cuda' without an "
         "accelerator; the CPU shim points these globals (and the copies in distributed.utils, "
-        "parallel_dims, metrics and profiling) at the CPU (torchtitan_ext/cpu_shim.py)",
+        "parallel_dims, metrics and profiling) at the CPU (torchtitan_ext/runtime/cpu_shim.py)",
         "none: torchtitan does not support CPU training; this lets its loop run on gloo for CI"),
     "cpu_profiler_activities": Patch(
         "torchtitan.tools.profiling:torch.profiler.profile", TORCHTITAN,
@@ -52,12 +52,12 @@ PATCHES: dict[str, Patch] = {
     "fake_backend_any_rank": Patch(
         "torchtitan.distributed.utils:init_fake_mode", TORCHTITAN,
         "--comm.mode fake_backend always plays rank 0; the emulator plays any rank (EMULATE_RANK), so a "
-        "pipeline layout's later stages can be timed (torchtitan_ext/emulate.py)",
+        "pipeline layout's later stages can be timed (torchtitan_ext/runtime/emulate.py)",
         "none: a feature torchtitan's fake mode does not have"),
     "pipeline_stage_shape_inference": Patch(
         "torch.distributed.pipelining.stage:PipelineStage._shape_inference", "torch 2.11 (absent from 2.12)",
         "a later pipeline stage learns its input shape from a metadata message the fake backend never "
-        "delivers; the emulator answers it (torchtitan_ext/emulate.py; later torch: only stage 0 is played)",
+        "delivers; the emulator answers it (torchtitan_ext/runtime/emulate.py; later torch: only stage 0 is played)",
         "none: the fake backend is not meant to run pipelines", required=False),
     "pipeline_stage_metadata_receive": Patch(
         "torch.distributed.pipelining.stage:dist.recv_object_list", "torch 2.11 (with the one above)",
@@ -67,13 +67,13 @@ PATCHES: dict[str, Patch] = {
         "torchtitan.distributed.utils:clip_grad_norm_", TORCHTITAN,
         "the loop's gradient clipping runs on the local shards of DTensor gradients (one foreach norm "
         "instead of a DTensor dispatch per gradient; boost_titan/parallel/local_shards.py) and hands its "
-        "norm to the non-finite guard (torchtitan_ext/train_spec.py)",
+        "norm to the non-finite guard (torchtitan_ext/cola_llama/spec.py)",
         "no hook for it upstream: the loop looks the function up in torchtitan.distributed.utils at every step"),
     "schedule_step_reduces_tied_grads": Patch(
         "torch.distributed.pipelining.schedules:_PipelineSchedule.step", TORCHTITAN + ", torch 2.11-2.14",
         "a tied embedding / lm_head split across pipeline stages: the schedule's step (of this one "
         "schedule) folds the mirror's gradient into the owner's after a train step's last microbatch "
-        "(torchtitan_ext/train_spec.py pipeline_cola)",
+        "(torchtitan_ext/cola_llama/spec.py pipeline_cola)",
         "pytorch/torchtitan#1524 (no plan to support weight tying; #1409, tied weights under pipelining, open)", instance=True),
     "fsdp_foreach_copy_in": Patch(
         "torch.distributed.fsdp._fully_shard._fsdp_collectives:foreach_reduce_scatter_copy_in", "torch 2.11-2.14",
@@ -83,14 +83,14 @@ PATCHES: dict[str, Patch] = {
         "none filed: chunk_cat's per-block metadata is its design (pytorch#121081)"),
     "sync_free_train_step": Patch(
         "torchtitan.train:Trainer.train_step", TORCHTITAN,
-        "overridden in torchtitan_ext/train.py's Trainer (not through apply): torchtitan's step with pinned "
+        "overridden in torchtitan_ext/runtime/train.py's Trainer (not through apply): torchtitan's step with pinned "
         "non-blocking batch copies and the token count kept on the device, so the host never waits for the "
         "GPU before the forward; a copy of 0.2.2's logic otherwise (tests/test_torchtitan_e2e.py compares them)",
         "none filed: torchtitan's step syncs by design (the count is read for loss scaling and logging)"),
     "hf_save_writes_config": Patch(
         "torchtitan.components.checkpoint:CheckpointManager.dcp_save", TORCHTITAN,
         "torchtitan's HF save writes the weights only; this checkpointer's save also writes config.json "
-        "(and CoLA's modeling file) so the folder loads in transformers (torchtitan_ext/hf_adapter.py)",
+        "(and CoLA's modeling file) so the folder loads in transformers (torchtitan_ext/cola_llama/state_dict_adapter.py)",
         "none: torchtitan's HF export targets its own model families, whose configs exist upstream",
         instance=True),
 }

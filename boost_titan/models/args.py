@@ -5,14 +5,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from torchtitan.protocols.model import BaseModelArgs
-
 from boost_titan.ops.attention import BACKENDS
 from boost_titan.ops.float8 import RECIPES as FLOAT8_RECIPES
 
 
 @dataclass
-class TransformerArgs(BaseModelArgs):
+class TransformerArgs:
     """A Llama-style decoder in which every projection is dense or CoLA low-rank.
 
     ``attn_rank`` / ``mlp_rank`` = 0 make q,k,v,o / gate,up,down dense; a positive rank r replaces
@@ -74,20 +72,6 @@ class TransformerArgs(BaseModelArgs):
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"invalid model args: {msg}")
-
-    # ---- torchtitan protocol -------------------------------------------------------------------
-    def update_from_config(self, job_config, **kwargs) -> None:
-        """The job's choices that change the model: sequence length, grouping, attention kernel, float8,
-        the lm_head deferred to a fused loss.
-        (Sizing the vocabulary from the tokenizer is the torchtitan glue's: ``torchtitan_ext.train_spec``.)"""
-        self.max_seq_len = job_config.training.seq_len
-        boost = getattr(job_config, "boost", None)
-        if boost is not None:
-            self.grouped, self.attention, self.float8 = boost.grouped, boost.attention, boost.float8
-            self.defer_lm_head = boost.fused_cross_entropy
-
-    def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
-        return count_params(self), flops_per_token(self, seq_len)
 
     def replace(self, **changes) -> TransformerArgs:
         return dataclasses.replace(self, **changes)

@@ -15,7 +15,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchtitan.protocols.model import ModelProtocol
 
 from boost_titan.ops import comm
 from boost_titan.ops.attention import attention
@@ -228,7 +227,7 @@ class HeadInput(NamedTuple):
     weight: torch.Tensor
 
 
-class Transformer(ModelProtocol):
+class Transformer(nn.Module):
     """Top-level names follow torchtitan's ``pipeline_llm``: tok_embeddings, layers, norm, output.
 
     Any of them may be None (a pipeline stage); forward and init_weights skip what is missing.
@@ -238,7 +237,7 @@ class Transformer(ModelProtocol):
     """
 
     def __init__(self, args: TransformerArgs):
-        super().__init__(args)
+        super().__init__()
         args.validate()
         self.model_args = args
         self.defer_lm_head = args.defer_lm_head

@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 
 import torch
-from torchtitan.components.loss import IGNORE_INDEX  # the label torchtitan's loaders and loss skip
+
+IGNORE_INDEX = -100  # the label that loaders and losses skip (torch's default; torchtitan's IGNORE_INDEX)
 
 
 def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,

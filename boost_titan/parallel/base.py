@@ -1,11 +1,13 @@
-"""What every tensor-parallel strategy shares: the sharded-projection base module, the base
-``ParallelStyle`` that installs it, the vocabulary-parallel embedding and lm_head.
+"""What every tensor-parallel strategy shares: the :class:`Strategy` record, the sharded-projection
+base module, the base ``ParallelStyle`` that installs it, the vocabulary-parallel embedding and
+lm_head, and the style of the replicated final norm.
 
 A strategy (``btp.py``, ``vanilla.py``, ``megatron.py``) is one file: the :class:`ShardedProjection`
 subclass(es) that compute on local shards and issue the strategy's collectives, the
 :class:`ProjectionParallel` style(s) that distribute a :class:`~boost_titan.models.model.Projection`'s
-weights and install that subclass, and ``plan(args, rmsnorm, loss_parallel)``, the whole-model
-``module path -> ParallelStyle`` dict. ``plans.py`` holds the registry of strategies.
+weights and install that subclass, its ``plan(args, rmsnorm, loss_parallel)`` (the whole-model
+``module path -> ParallelStyle`` dict) and ``STRATEGY``, the :class:`Strategy` that names them.
+``plans.py`` holds the registry of strategies.
 
 Weights are stacked ``[c, d_out, d_in]`` (A: ``[c, r, d_in]``, B: ``[c, d_out, r]``), so a style
 shards any of d_out / d_in / r by choosing ``Shard(1)`` or ``Shard(2)``.
@@ -13,15 +15,44 @@ shards any of d_out / d_in / r by choosing ``Shard(1)`` or ``Shard(2)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
+from boost_titan.models.args import TransformerArgs
 from boost_titan.models.model import Projection
 from boost_titan.ops import comm
 from boost_titan.ops.rmsnorm import rms_norm
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A tensor-parallel strategy as the registry, the checks and the planner see it.
+
+    ``lowrank``: for CoLA models (True) or the dense ``_fullrank`` twins (False). ``stream``: the
+    residual stream's layout between blocks. ``plan(args, rmsnorm, loss_parallel)``: the whole-model
+    ``module path -> ParallelStyle`` dict. ``shards_rank``: the strategy also divides the low-rank
+    dimension r by tp (vanilla TP does; BTP never does).
+    """
+
+    name: str
+    lowrank: bool
+    stream: Placement
+    plan: Callable[..., dict[str, ParallelStyle]]
+    shards_rank: bool = False
+
+    def sharded_sizes(self, args: TransformerArgs) -> dict[str, int]:
+        """The sizes this strategy divides by tp (each must be divisible)."""
+        sizes = {"dim": args.dim, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads, "ffn_dim": args.ffn_dim,
+                 "vocab_size": args.vocab_size}
+        if self.shards_rank:
+            sizes.update(attn_rank=args.attn_rank, mlp_rank=args.mlp_rank)
+        return sizes
 
 
 def local(p: torch.Tensor) -> torch.Tensor:
@@ -116,3 +147,26 @@ def lm_head(loss_parallel: bool, input_layouts: Placement = Replicate()) -> Colw
     or gathered to a replicated local tensor."""
     return ColwiseParallel(input_layouts=input_layouts, output_layouts=Shard(-1) if loss_parallel else Replicate(),
                            use_local_output=not loss_parallel)
+
+
+class ReplicatedParallel(ParallelStyle):
+    """Replicate a module's parameters and run it on the whole activation (the final norm).
+
+    The input, a local tensor in ``input_layout``, is gathered to replicated first; the output stays a
+    replicated DTensor, the input layout the lm_head's :class:`ColwiseParallel` expects.
+    """
+
+    def __init__(self, input_layout: Placement = Replicate()):
+        super().__init__()
+        self.input_layout = input_layout
+
+    def _prepare_input(self, mod, inputs, device_mesh):
+        x = inputs[0]
+        if not isinstance(x, DTensor):
+            x = DTensor.from_local(x, device_mesh, (self.input_layout,), run_check=False)
+        if x.placements != (Replicate(),):
+            x = x.redistribute(placements=(Replicate(),), async_op=True)
+        return (x, *inputs[1:])
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        return distribute_module(module, device_mesh, None, self._prepare_input)

@@ -17,26 +17,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import ParallelStyle
-from torchtitan.distributed import NoParallel
 
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
 from boost_titan.ops.rmsnorm import online_rms_norm_linear, sync_rms_norm
-from boost_titan.planner.costs import StrategyCosts
 
-from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
+from .base import ProjectionParallel, ReplicatedParallel, ShardedProjection, Strategy, embedding, lm_head
 
-LOWRANK = True  # for CoLA models
 STREAM = Shard(-1)  # the residual stream between blocks: sharded on d
-PLANNER = StrategyCosts.measured("btp")  # the layout planner's rates (boost_titan/planner/measured_h200.json)
 
-
-def sharded_sizes(args: TransformerArgs) -> dict[str, int]:
-    """The sizes this strategy divides by tp (each must be divisible)."""
-    return {"dim": args.dim, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads, "ffn_dim": args.ffn_dim,
-            "vocab_size": args.vocab_size}
 
 
 class BottleneckProjection(ShardedProjection):
@@ -90,6 +81,9 @@ def plan(args: TransformerArgs, rmsnorm: str = "online", loss_parallel: bool = T
         "layers.*.feed_forward.gate_up": BottleneckParallel(rmsnorm),
         "layers.*.feed_forward.down": BottleneckParallel(rmsnorm),
         # the last block's d-shards are gathered once, before the (replicated) final norm
-        "norm": NoParallel(input_layout=STREAM, output_layout=Replicate(), use_local_output=False),
+        "norm": ReplicatedParallel(input_layout=STREAM),
         "output": lm_head(loss_parallel),
     }
+
+
+STRATEGY = Strategy("btp", lowrank=True, stream=STREAM, plan=plan)

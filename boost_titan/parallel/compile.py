@@ -4,7 +4,7 @@ A workaround, kept in this one place: torch ≤ 2.13 cannot compile a checkpoint
 are tp DTensors (see :class:`LocalShardCompiled`). From 2.14 a dropout-free SDPA no longer trips it
 (it is not an RNG op for the partitioner any more, pytorch#187985), but any RNG op in the region
 would; the module serves every supported torch, so one code path runs on all of them.
-``torchtitan_ext.parallelize`` uses it instead of
+``torchtitan_ext.cola_llama.parallelize`` uses it instead of
 torchtitan's per-block ``torch.compile`` exactly when tp, compile and any activation checkpointing
 meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go (no upstream issue
 for it was found when searched on 2026-12-03; pytorch#173270 reworks how AOTAutograd handles DTensor

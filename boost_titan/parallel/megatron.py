@@ -20,18 +20,11 @@ from torch.distributed.tensor.parallel import ParallelStyle, SequenceParallel
 
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
-from boost_titan.planner.costs import StrategyCosts
 
-from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
+from .base import ProjectionParallel, ShardedProjection, Strategy, embedding, lm_head
 
-LOWRANK = False  # for the dense twins
 STREAM = Shard(1)  # sequence parallel
-PLANNER = StrategyCosts.measured("fullrank")
 
-
-def sharded_sizes(args: TransformerArgs) -> dict[str, int]:
-    return {"dim": args.dim, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads, "ffn_dim": args.ffn_dim,
-            "vocab_size": args.vocab_size}
 
 
 class DenseColwiseProjection(ShardedProjection):
@@ -93,3 +86,6 @@ def plan(args: TransformerArgs, rmsnorm: str = "online", loss_parallel: bool = T
         "norm": SequenceParallel(),
         "output": lm_head(loss_parallel, input_layouts=STREAM),
     }
+
+
+STRATEGY = Strategy("fullrank", lowrank=False, stream=STREAM, plan=plan)

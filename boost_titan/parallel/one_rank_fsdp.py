@@ -1,7 +1,7 @@
 """One batched weight cast and one batched gradient cast per step for FSDP2 groups on a 1-rank mesh.
 
 TP-only and PP-only layouts get their mixed precision from FSDP2 on the 1-rank shard mesh (see
-``torchtitan_ext.parallelize``). On such a mesh FSDP2 skips the all-gather, and its
+``torchtitan_ext.cola_llama.parallelize``). On such a mesh FSDP2 skips the all-gather, and its
 ``FSDPParamGroup.wait_for_unshard`` instead casts and copies each parameter on its own: two kernels
 and its Python per parameter, before the forward can start (7B btp tp 4: 322 parameters, 643 idle
 gaps in the traced step, the largest host cost left, ``docs/results/emulate_7b_gaps_after_bmm.md``).

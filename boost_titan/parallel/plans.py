@@ -5,16 +5,13 @@ Usage (user code)::
     plan = tp_plan("btp", args, tp=mesh.size())
     parallelize_module(model, mesh, plan)        # or apply_tp(model, mesh, "btp", args)
 
-A strategy is a module with ``plan(args, rmsnorm, loss_parallel)``, ``sharded_sizes(args)`` (what it
-divides by tp), ``LOWRANK`` (CoLA or dense models), ``STREAM`` (the residual stream's layout
-between blocks) and ``PLANNER`` (its layout-planner parameters,
-:class:`~boost_titan.planner.costs.StrategyCosts`). Adding one: write its file and add it to
-:data:`STRATEGIES`; ``[boost] tp_strategy`` and the planner accept any registered name.
+A strategy is a :class:`~boost_titan.parallel.base.Strategy` (its name, the family it applies to,
+the residual stream's layout, its plan, what it divides by tp), stated as ``STRATEGY`` in its own
+file. Adding one: write its file and add it to :data:`STRATEGIES`; ``[boost] tp_strategy`` accepts
+any registered name, and the planner any that has costs in ``boost_titan.planner.costs.COSTS``.
 """
 
 from __future__ import annotations
-
-from types import ModuleType
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -24,15 +21,16 @@ from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 from boost_titan.models.args import TransformerArgs
 
 from . import btp, megatron, vanilla
+from .base import Strategy
 
-STRATEGIES: dict[str, ModuleType] = {"btp": btp, "vanilla": vanilla, "fullrank": megatron}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (btp.STRATEGY, vanilla.STRATEGY, megatron.STRATEGY)}
 
 
 def stream_shape(strategy: str, batch: int, seq: int, dim: int, tp: int) -> list[int]:
     """One rank's part of the residual stream ``[batch, seq, dim]`` between blocks, in the strategy's
     ``STREAM`` layout (btp: d sharded; fullrank: the sequence; vanilla: replicated)."""
     shape = [batch, seq, dim]
-    stream = STRATEGIES[strategy].STREAM
+    stream = STRATEGIES[strategy].stream
     if isinstance(stream, Shard):
         shape[stream.dim] //= tp
     return shape
@@ -45,11 +43,11 @@ def check_tp(strategy: str, args: TransformerArgs, tp: int) -> None:
         raise ValueError(f"tp_strategy={strategy!r} is unknown; choose one of {tuple(STRATEGIES)}")
     lowrank = args.attn_rank > 0 and args.mlp_rank > 0
     dense = args.attn_rank == 0 and args.mlp_rank == 0
-    names = {kind: tuple(n for n, s in STRATEGIES.items() if s.LOWRANK == kind) for kind in (True, False)}
-    if not STRATEGIES[strategy].LOWRANK and not dense:
+    names = {kind: tuple(n for n, s in STRATEGIES.items() if s.lowrank == kind) for kind in (True, False)}
+    if not STRATEGIES[strategy].lowrank and not dense:
         raise ValueError(f"tp_strategy={strategy!r} is for the dense '_fullrank' flavors (attn_rank = mlp_rank = 0); "
                          f"use one of {names[True]} for CoLA models")
-    if STRATEGIES[strategy].LOWRANK and not lowrank:
+    if STRATEGIES[strategy].lowrank and not lowrank:
         raise ValueError(f"tp_strategy={strategy!r} needs a low-rank model (attn_rank > 0 and mlp_rank > 0); "
                          f"use one of {names[False]} for the '_fullrank' flavors")
     for name, value in STRATEGIES[strategy].sharded_sizes(args).items():

@@ -17,22 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ParallelStyle
-from torchtitan.distributed import NoParallel
 
 from boost_titan.models.args import TransformerArgs
 from boost_titan.ops import comm
-from boost_titan.planner.costs import StrategyCosts
 
-from .base import ProjectionParallel, ShardedProjection, embedding, lm_head
+from .base import ProjectionParallel, ReplicatedParallel, ShardedProjection, Strategy, embedding, lm_head
 
-LOWRANK = True
 STREAM = Replicate()
-PLANNER = StrategyCosts.measured("vanilla", same_layout_at_tp1="btp")  # at tp 1 it is btp
 
-
-def sharded_sizes(args: TransformerArgs) -> dict[str, int]:
-    return {"dim": args.dim, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads, "ffn_dim": args.ffn_dim,
-            "vocab_size": args.vocab_size, "attn_rank": args.attn_rank, "mlp_rank": args.mlp_rank}
 
 
 class VanillaLowRankProjection(ShardedProjection):
@@ -59,6 +51,9 @@ def plan(args: TransformerArgs, rmsnorm: str = "online", loss_parallel: bool = T
         "layers.*.attention.o": VanillaLowRankParallel(),
         "layers.*.feed_forward.gate_up": VanillaLowRankParallel(),
         "layers.*.feed_forward.down": VanillaLowRankParallel(),
-        "norm": NoParallel(use_local_output=False),
+        "norm": ReplicatedParallel(),
         "output": lm_head(loss_parallel),
     }
+
+
+STRATEGY = Strategy("vanilla", lowrank=True, stream=STREAM, plan=plan, shards_rank=True)

@@ -1,12 +1,9 @@
 """What the planner knows about each tensor-parallel strategy, and the measured constants it predicts from.
 
-Every strategy module states its own planner parameters as ``PLANNER``, a :class:`StrategyCosts`: its
-per-rank compute rate by tp and its activation memory per token and layer. The shipped strategies
-read theirs from ``measured_h200.json`` (beside this file: each value with the result file it was
-measured in); a new strategy can state its own numbers directly, so adding one touches only its own
-file and the registry (``boost_titan.parallel.plans.STRATEGIES``).
-
-This module imports nothing from the rest of the package, so the strategy modules can import it.
+:data:`COSTS` holds each registered strategy's planner parameters by name, a :class:`StrategyCosts`:
+its per-rank compute rate by tp and its activation memory per token and layer. The shipped
+strategies read theirs from ``measured_h200.json`` (beside this file: each value with the result
+file it was measured in); a new strategy adds its own entry, measured or stated.
 """
 
 from __future__ import annotations
@@ -56,3 +53,10 @@ class StrategyCosts:
         entry = measured_constants()["strategies"][name]
         return cls({int(t): rate for t, rate in entry["tflops_by_tp"].items()}, tuple(entry["activation_d"]),
                    same_layout_at_tp1, entry["source"])
+
+
+COSTS: dict[str, StrategyCosts] = {
+    "btp": StrategyCosts.measured("btp"),
+    "vanilla": StrategyCosts.measured("vanilla", same_layout_at_tp1="btp"),  # at tp 1 it is btp
+    "fullrank": StrategyCosts.measured("fullrank"),
+}

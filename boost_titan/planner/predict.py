@@ -80,7 +80,7 @@ from dataclasses import dataclass, replace
 from boost_titan.models import FLAVORS, TransformerArgs
 from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
-from boost_titan.planner.costs import StrategyCosts, measured_constants
+from boost_titan.planner.costs import COSTS, StrategyCosts, measured_constants
 
 GiB = 2**30
 # how to ask torchtitan for each ac value (every rate was measured compiled)
@@ -90,12 +90,11 @@ AC_FLAGS = {"none": [], "budget": ["--activation_checkpoint.mode", "memory_budge
 
 
 def costs(strategy: str) -> StrategyCosts:
-    """The strategy's planner parameters (its module's ``PLANNER``)."""
-    module = STRATEGIES[strategy]
-    if not isinstance(getattr(module, "PLANNER", None), StrategyCosts):
-        raise ValueError(f"tp_strategy={strategy!r} states no planner parameters: its module needs "
-                         "PLANNER = StrategyCosts(...) (boost_titan.planner.costs)")
-    return module.PLANNER
+    """The strategy's planner parameters (``COSTS[strategy]``)."""
+    if strategy not in COSTS:
+        raise ValueError(f"tp_strategy={strategy!r} has no planner parameters: add COSTS[{strategy!r}] = "
+                         "StrategyCosts(...) in boost_titan.planner.costs")
+    return COSTS[strategy]
 
 
 def ac_factors(strategy: str, ac: str) -> tuple[float, float]:
@@ -104,7 +103,7 @@ def ac_factors(strategy: str, ac: str) -> tuple[float, float]:
         return 1.0, 1.0
     entry = measured_constants()["activation_checkpointing"][ac]
     if ac == "budget":  # measured per family
-        entry = entry["cola" if STRATEGIES[strategy].LOWRANK else "fullrank"]
+        entry = entry["cola" if STRATEGIES[strategy].lowrank else "fullrank"]
     return entry.get("keep", 1.0), entry["time"]
 
 

@@ -49,7 +49,7 @@ BASES = {  # name: (config file, extra CLI overrides)
     "cola_1b_lowrank_ckpt_compile": ("train_configs/cola_1b_h200.toml", COMPILE + ["--boost.lowrank_checkpoint"]),
     "fullrank_1b": ("train_configs/fullrank_1b_h200.toml", []),
     "fullrank_1b_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE),
-    # torchtitan's own llama3 at the dense twin's shape (torchtitan_ext.peers; give --model.flavor 1B/7B/13B)
+    # torchtitan's own llama3 at the dense twin's shape (torchtitan_ext.cola_llama.peers; give --model.flavor 1B/7B/13B)
     "llama3_peer_compile": ("train_configs/fullrank_1b_h200.toml", COMPILE + ["--model.name", "llama3_peer",
                                                                              "--model.flavor", "1B"]),
 }
@@ -103,13 +103,13 @@ def _seconds(hms: str) -> int:
 
 def emulate_env(ngpu: int, rank: int = 0) -> dict[str, str]:
     """The environment of one process that plays ``rank`` of an ``ngpu``-rank layout on the fake backend
-    (``torchtitan_ext.emulate``), with the repository importable."""
+    (``torchtitan_ext.runtime.emulate``), with the repository importable."""
     return dict(os.environ, NGPU=str(ngpu), EMULATE_RANK=str(rank), LOCAL_RANK="0",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
 def run_train(config: str, overrides: list[str], ngpu: int, log_path: Path, emulate_rank: int | None = None,
-              emulator: str = "torchtitan_ext.emulate") -> dict:
+              emulator: str = "torchtitan_ext.runtime.emulate") -> dict:
     """One ``scripts/run_train.sh`` run; returns its parsed per-step log (:func:`parse_log`).
 
     ``emulate_rank``: instead, one process plays that rank of an ``ngpu`` layout on the fake
@@ -185,7 +185,7 @@ def main() -> None:
                    help='more CLI overrides for every run (e.g. a smoke test on CPU); write --extra="--a.b c"')
     p.add_argument("--profile", action="store_true", help="trace the last step of each run and bucket its GPU time")
     p.add_argument("--emulate", action="store_true",
-                   help="run each variant as rank 0 of --ngpu on the fake backend (torchtitan_ext.emulate)")
+                   help="run each variant as rank 0 of --ngpu on the fake backend (torchtitan_ext.runtime.emulate)")
     p.add_argument("--torchtitan-step", action="store_true",
                    help="with --emulate: train with torchtitan 0.2.2's own train step (scripts.bench.torchtitan_step), "
                         "which waits for the GPU before every forward, instead of the project's sync-free one")
@@ -210,7 +210,7 @@ def main() -> None:
             shutil.rmtree(dump / "traces", ignore_errors=True)  # never read an earlier run's trace
         log = log_dir / f"{name.replace('+', '.')}.log"
         run = run_train(config, overrides, a.ngpu, log, emulate_rank=0 if a.emulate else None,
-                        emulator="scripts.bench.torchtitan_step" if a.torchtitan_step else "torchtitan_ext.emulate")
+                        emulator="scripts.bench.torchtitan_step" if a.torchtitan_step else "torchtitan_ext.runtime.emulate")
         timed = [r for r in run["steps"] if r["step"] <= a.steps - 2] if a.profile else run["steps"]
         results.append(summarize(name, timed, a.skip, run["command"], run["tokens_per_step"]))
         if not run["ok"]:

@@ -1,6 +1,6 @@
 """Each rank's compute in BOOST's multi-GPU layouts (Fig. 5), on ONE GPU, through the fake backend.
 
-Every row is torchtitan's own loop (``torchtitan_ext.emulate``: one process plays rank 0 of the
+Every row is torchtitan's own loop (``torchtitan_ext.runtime.emulate``: one process plays rank 0 of the
 layout; its kernels are real and run at the rank's real shapes, every collective returns at once).
 What a row measures is therefore the rank's *compute* per step and its peak memory: **emulated**,
 not a multi-GPU run. Communication is added by the α–β model (:mod:`boost_titan.planner.comm_model`),
@@ -15,7 +15,7 @@ A pipeline layout's row is emulated without its pipeline: the rank's compute of 
 its tp and one microbatch (``--microbatch`` samples, default 1, torchtitan's default), which the model
 splits into pp equal stages and schedules as 1F1B over the batch's microbatches. ``--stages`` also plays each
 stage's first rank inside the real pipeline
-schedule (torchtitan_ext.emulate answers the later stages' shape exchange; torch 2.11): the stage's
+schedule (torchtitan_ext.runtime.emulate answers the later stages' shape exchange; torch 2.11): the stage's
 compute for all its microbatches, with no wait on its neighbours — how unequal the stages are (the
 last one holds the lm_head and the loss). Those rows form a section of their own. BOOST's Fig. 5
 numbers (A100, micro-batch 4) stand beside the predicted rows computed at that micro-batch: local

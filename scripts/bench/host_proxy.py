@@ -3,7 +3,7 @@
 At small micro-batches a low-rank model's step on an H200 is set by the host (Python, FSDP2's hooks,
 AOTAutograd's wrappers, autograd, the optimizer), and most of that cost is per block and per parameter,
 not per FLOP. This script runs torchtitan's loop as rank 0 of an ``--ngpu`` layout on the fake backend
-(``torchtitan_ext.emulate``, as ``e2e --emulate`` does) with a stand-in of ``--flavor``: the same blocks,
+(``torchtitan_ext.runtime.emulate``, as ``e2e --emulate`` does) with a stand-in of ``--flavor``: the same blocks,
 heads, parameters per block and parallel layout, but ``--dim`` wide, so that the CPU's kernels cost
 little and the step's time is mostly the host's. The last step is traced and its host time broken
 down by kind (``common.trace_host``, the table ``e2e --profile`` prints for GPU runs).
@@ -98,8 +98,8 @@ def child(flavor: str, dim: str, blocks: str, argv: list[str]) -> None:
     from boost_titan.models import FLAVORS
 
     FLAVORS[STAND_IN] = stand_in(flavor, int(dim), int(blocks) or None)
-    from torchtitan_ext.emulate import EmulatedTrainer
-    from torchtitan_ext.train import main_then_exit
+    from torchtitan_ext.runtime.emulate import EmulatedTrainer
+    from torchtitan_ext.runtime.train import main_then_exit
 
     main_then_exit(EmulatedTrainer)
 

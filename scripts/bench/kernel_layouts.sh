@@ -13,7 +13,7 @@ common=(--training.steps 3 --training.local_batch_size 1
 run() {  # name, NGPU, emulate (0/1), overrides...
   local name=$1 n=$2 fake=$3; shift 3
   if [ "$fake" = 1 ]; then
-    log=$(NGPU=$n EMULATE_RANK=0 LOCAL_RANK=0 timeout 300 python -m torchtitan_ext.emulate --job.config_file "$CONFIG_FILE" "${common[@]}" "$@" --comm.mode fake_backend 2>&1)
+    log=$(NGPU=$n EMULATE_RANK=0 LOCAL_RANK=0 timeout 300 python -m torchtitan_ext.runtime.emulate --job.config_file "$CONFIG_FILE" "${common[@]}" "$@" --comm.mode fake_backend 2>&1)
   else
     log=$(NGPU=$n timeout 300 ./scripts/run_train.sh "${common[@]}" "$@" 2>&1)
   fi

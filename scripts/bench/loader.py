@@ -18,9 +18,9 @@ from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
-from boost_titan.data import build_tokenizer
-from boost_titan.data.datasets import PackedText
 from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from torchtitan_ext.cola_llama.data import build_tokenizer
+from torchtitan_ext.cola_llama.data.datasets import PackedText
 
 
 def tokens_per_s(loader, batches: int, skip: int) -> float:

@@ -12,49 +12,44 @@ from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.distributed import utils as dist_utils
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.protocols.model import BaseModelArgs
 from torchtitan.protocols.train_spec import TrainSpec, get_train_spec, register_train_spec
 from torchtitan.tools.logging import logger
 
-from boost_titan.data import build_dataloader, build_tokenizer, build_validator
-from boost_titan.data.datasets import DataError
-from boost_titan.models import FLAVORS, Transformer, TransformerArgs
+from boost_titan.models import FLAVORS, Transformer, TransformerArgs, count_params, flops_per_token
 from boost_titan.models.flavors import Flavors
 from boost_titan.models.model import HeadInput
 from boost_titan.ops.cross_entropy import linear_cross_entropy_sum
 from boost_titan.parallel import local_shards
 from boost_titan.parallel.pipeline import TiedPipelineEmbeddings
-
-from . import patches
-from .faults import NonFiniteGuard, note_clip_norm
-from .hand_offs import HandOffs
-from .hf_adapter import ColaStateDictAdapter
-from .logs import build_metrics_processor
-from .parallelize import parallelize_cola
+from torchtitan_ext import patches
+from torchtitan_ext.cola_llama.data import build_dataloader, build_tokenizer, build_validator
+from torchtitan_ext.cola_llama.data.datasets import DataError
+from torchtitan_ext.cola_llama.hand_offs import HandOffs
+from torchtitan_ext.cola_llama.job_config import size_vocabulary
+from torchtitan_ext.cola_llama.parallelize import parallelize_cola
+from torchtitan_ext.cola_llama.state_dict_adapter import ColaStateDictAdapter
+from torchtitan_ext.runtime.faults import NonFiniteGuard, note_clip_norm
+from torchtitan_ext.runtime.logs import build_metrics_processor
 
 NAME = "cola_llama"
 
 
-def size_vocabulary(args: TransformerArgs, job_config) -> None:
-    """Check, or with ``[boost] vocab_from_tokenizer`` set, the model's vocabulary against the tokenizer."""
-    boost = job_config.boost
-    if boost.tokenizer == "none" or job_config.training.dataset == "synthetic":
-        return
-    n_tokens = build_tokenizer(job_config).get_vocab_size()
-    if boost.vocab_from_tokenizer:
-        args.vocab_size = -(-n_tokens // 128) * 128  # round up: friendlier GEMM and TP shapes
-    elif n_tokens > args.vocab_size:
-        raise ValueError(f"tokenizer {boost.tokenizer!r} has {n_tokens} tokens but the model's vocab_size is "
-                         f"{args.vocab_size}: pick a smaller tokenizer or set [boost] vocab_from_tokenizer = true")
-
-
 @dataclasses.dataclass
-class JobModelArgs(TransformerArgs):
-    """The flavors as torchtitan's trainer uses them: ``update_from_config`` also sizes the vocabulary
-    from the job's tokenizer (:func:`size_vocabulary`)."""
+class JobModelArgs(TransformerArgs, BaseModelArgs):
+    """The flavors as torchtitan's trainer uses them (its ``BaseModelArgs`` protocol)."""
 
     def update_from_config(self, job_config, **kwargs) -> None:
-        super().update_from_config(job_config, **kwargs)
+        """The job's choices that change the model: sequence length, grouping, attention kernel, float8,
+        the lm_head deferred to a fused loss, the vocabulary sized from the tokenizer."""
+        self.max_seq_len = job_config.training.seq_len
+        boost = job_config.boost
+        self.grouped, self.attention, self.float8 = boost.grouped, boost.attention, boost.float8
+        self.defer_lm_head = boost.fused_cross_entropy
         size_vocabulary(self, job_config)
+
+    def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
+        return count_params(self), flops_per_token(self, seq_len)
 
 
 JOB_FLAVORS = Flavors({name: JobModelArgs(**dataclasses.asdict(args)) for name, args in FLAVORS.items()})
@@ -171,7 +166,7 @@ def build_loss(job_config, parallel_dims=None, **kwargs):
 
 
 def _data_errors_as_one_line(build):
-    """A dataset that cannot be trained on (:class:`~boost_titan.data.datasets.DataError`: the file and
+    """A dataset that cannot be trained on (:class:`~torchtitan_ext.cola_llama.data.datasets.DataError`: the file and
     line, or the rank and its token count) ends the rank with that one line instead of a traceback."""
 
     @functools.wraps(build)

@@ -1,11 +1,11 @@
 """Offline tokenizers and datasets, plugged into torchtitan through its TrainSpec builder hooks."""
 
-from boost_titan.data.datasets import (
+from torchtitan_ext.cola_llama.data.datasets import (
     build_dataloader,
     build_validation_dataloader,
     build_validator,
 )
-from boost_titan.data.tokenizer import SentencePieceTokenizer, TiktokenTokenizer, build_tokenizer
+from torchtitan_ext.cola_llama.data.tokenizer import SentencePieceTokenizer, TiktokenTokenizer, build_tokenizer
 
 __all__ = [
     "SentencePieceTokenizer",

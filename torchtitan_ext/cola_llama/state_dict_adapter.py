@@ -48,7 +48,7 @@ def write_metadata_after_hf_save(checkpointer, model_args) -> None:
     """Make torchtitan's HF saves complete Hugging Face directories: after the weights (consolidated
     into ``model-00001-of-00001.safetensors`` by DCP's coordinator, rank 0), rank 0 writes config.json
     (and CoLA's modeling file) into the same folder. Wraps this checkpointer only."""
-    from . import patches
+    from torchtitan_ext import patches
 
     save = checkpointer.dcp_save
 

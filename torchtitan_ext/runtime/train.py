@@ -37,11 +37,12 @@ from torchtitan import train as titan_train
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.distributed import utils as dist_utils
 
-from .device_copy import microbatch_to_device
-from .faults import check_nonfinite_at_exit
-from .hf_adapter import write_metadata_after_hf_save
-from .step_graph import StepGraph, step_cudagraph_problem
-from .train_spec import registered_hand_offs
+from torchtitan_ext.cola_llama.job_config import fail_on, step_cudagraph_problem
+from torchtitan_ext.cola_llama.spec import registered_hand_offs
+from torchtitan_ext.cola_llama.state_dict_adapter import write_metadata_after_hf_save
+from torchtitan_ext.runtime.device_copy import microbatch_to_device
+from torchtitan_ext.runtime.faults import check_nonfinite_at_exit
+from torchtitan_ext.runtime.step_graph import StepGraph
 
 
 class Trainer(titan_train.Trainer):
@@ -52,9 +53,7 @@ class Trainer(titan_train.Trainer):
             write_metadata_after_hf_save(self.checkpointer, self.model_args)
         self.step_graph = None
         if getattr(job_config, "boost", None) is not None and job_config.boost.step_cudagraph:
-            pp = self.parallel_dims.pp if self.parallel_dims.pp_enabled else 1
-            if problem := step_cudagraph_problem(job_config, self.device, pp):
-                raise ValueError(problem)
+            fail_on([p for p in [step_cudagraph_problem(job_config, self.device)] if p])  # also the peers' runs
             self.step_graph = StepGraph(self)
 
     def train_step(self, data_iterator):

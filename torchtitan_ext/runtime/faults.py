@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from .hand_offs import HandOffs
+from torchtitan_ext.cola_llama.hand_offs import HandOffs
 
 _PR_SET_PDEATHSIG = 1
 
@@ -119,7 +119,7 @@ class NonFiniteGuard:
       1B tp 1 on an H200, ``docs/results/e2e_gaps_1b.md``: the GPU idles ≈ 1.9 ms while the host then
       launches the step) and stops there, or drops the step's gradients.
 
-    Off on the fake backend (``torchtitan_ext.emulate``), whose collectives leave their outputs
+    Off on the fake backend (``torchtitan_ext.runtime.emulate``), whose collectives leave their outputs
     unwritten. Steps are counted on the host from AdamW's own per-parameter counter at the first call,
     so they are right after a resume too (as long as no step was skipped before it: AdamW does not count
     skipped steps).

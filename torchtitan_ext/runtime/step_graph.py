@@ -15,7 +15,7 @@ What that requires, and how this module provides it:
   memory, without waiting for the GPU); the shapes must not change (they do not: torchtitan's loaders
   yield fixed ``[local_batch, seq_len]`` batches).
 - **no host synchronisation inside the step**: the trainer's step is sync-free already
-  (``torchtitan_ext/train.py``); the non-finite guard's flag travels to pinned memory inside the graph
+  (``torchtitan_ext/runtime/train.py``); the non-finite guard's flag travels to pinned memory inside the graph
   and is read after the replay (:meth:`faults.NonFiniteGuard.replayed`).
 - **an optimizer whose step is recorded, not baked**: fused Adam / AdamW with ``capturable=True``
   (its step counter on the device) and a learning rate read from a device tensor, which is refilled
@@ -32,36 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from .device_copy import microbatch_to_device
+from torchtitan_ext.runtime.device_copy import microbatch_to_device
 
 WARMUP_STEPS = 2  # eager steps on the capture stream before the capture
 
 
-def step_cudagraph_problem(job_config, device: torch.device, pp: int) -> str | None:
-    """Why ``[boost] step_cudagraph`` cannot apply to this job (one line naming the setting); None: fine."""
-    boost = job_config.boost
-    if not boost.step_cudagraph:
-        return None
-    if device.type != "cuda":
-        return ("[boost] step_cudagraph=true captures the train step as a CUDA graph: it needs a CUDA device; "
-                f"this run computes on {device.type}")
-    if boost.cudagraphs:
-        return ("[boost] step_cudagraph=true already replays the compiled blocks inside the step's graph: "
-                "set [boost] cudagraphs = false (CUDA graphs cannot nest)")
-    if pp > 1:
-        return (f"[boost] step_cudagraph=true needs pipeline_parallel_degree = 1 (got {pp}): "
-                "the pipeline schedules run on the host")
-    opt = job_config.optimizer
-    if opt.name not in ("Adam", "AdamW") or opt.implementation != "fused":
-        return (f"[boost] step_cudagraph=true needs optimizer.name = 'AdamW' or 'Adam' with implementation = 'fused' "
-                f"(got {opt.name!r}, {opt.implementation!r}): its step must run on the device, counter included")
-    if job_config.validation.enable:
-        return "[boost] step_cudagraph=true does not run validation between replays yet: set validation.enable = false"
-    return None
-
-
 class StepGraph:
-    """The train step of ``trainer`` (:meth:`torchtitan_ext.train.Trainer.device_step`) as one CUDA graph.
+    """The train step of ``trainer`` (:meth:`torchtitan_ext.runtime.train.Trainer.device_step`) as one CUDA graph.
 
     Call it with a step's microbatches (host tensors, as the data loader yields them); it returns what
     ``device_step`` returns, as tensors the next replay overwrites (read them before the next call).

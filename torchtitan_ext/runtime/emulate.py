@@ -1,6 +1,6 @@
 """torchtitan's trainer on the fake communication backend, as any rank of an ``NGPU`` layout.
 
-    NGPU=8 EMULATE_RANK=4 LOCAL_RANK=0 python -m torchtitan_ext.emulate \
+    NGPU=8 EMULATE_RANK=4 LOCAL_RANK=0 python -m torchtitan_ext.runtime.emulate \
         --job.config_file train_configs/cola_1b_h200.toml --comm.mode fake_backend [--section.key value ...]
 
 One process runs the real kernels of one rank at that rank's real shapes while every collective
@@ -26,7 +26,7 @@ import torch.distributed.pipelining.stage as pipelining_stage
 from torchtitan.config import TORCH_DTYPE_MAP
 
 from torchtitan_ext import patches
-from torchtitan_ext.train import Trainer, main_then_exit
+from torchtitan_ext.runtime.train import Trainer, main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
 _job_config = None  # the running job's config (set when the Trainer is built)
@@ -34,7 +34,7 @@ _job_config = None  # the running job's config (set when the Trainer is built)
 
 def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
     if comm_mode != "fake_backend":
-        raise ValueError(f"torchtitan_ext.emulate runs --comm.mode fake_backend only, got {comm_mode!r}")
+        raise ValueError(f"torchtitan_ext.runtime.emulate runs --comm.mode fake_backend only, got {comm_mode!r}")
     if not 0 <= RANK < world_size:
         raise ValueError(f"EMULATE_RANK={RANK} is not a rank of NGPU={world_size}")
     torch.distributed.init_process_group("fake", rank=RANK, world_size=world_size)
@@ -82,7 +82,7 @@ def _check_stage_emulation(job_config) -> None:
 
 
 class EmulatedTrainer(Trainer):
-    """The project's Trainer (torchtitan_ext/train.py), with later pipeline stages' input shapes
+    """The project's Trainer (torchtitan_ext/runtime/train.py), with later pipeline stages' input shapes
     supplied (installed here, in the emulating process only: importing this module changes nothing)."""
 
     def __init__(self, job_config):

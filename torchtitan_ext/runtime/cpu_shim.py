@@ -4,7 +4,7 @@ Imported by ``torchtitan_ext`` only when CUDA is absent. torchtitan assumes an a
 module-level globals (``device_type`` falls back to "cuda"); this points them at the CPU, gives the
 memory monitor a CUDA-like ``memory_stats`` backed by the process RSS, and drops the ``None``
 profiler activity torchtitan passes when no accelerator exists. FSDP's gloo reduce-scatter needs a
-plain SUM (gloo rejects PREMUL_SUM): see :func:`torchtitan_ext.parallelize.apply_fsdp`.
+plain SUM (gloo rejects PREMUL_SUM): see :func:`torchtitan_ext.cola_llama.parallelize.apply_fsdp`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class _Profile(torch.profiler.profile):
 
 def install() -> None:
     """The patches ``cpu_device_type`` and ``cpu_profiler_activities`` (torchtitan_ext/patches.py)."""
-    from . import patches
+    from torchtitan_ext import patches
 
     cpu = _CPUDeviceModule("torchtitan_cpu_device")
     # torchtitan.tools.utils holds the globals; these modules took their own copies at import

@@ -20,8 +20,8 @@ import dataclasses
 from torchtitan.models.llama3.model.args import TransformerModelArgs
 from torchtitan.protocols.train_spec import get_train_spec, register_train_spec
 
-from boost_titan.data import build_dataloader, build_tokenizer
 from boost_titan.models import FLAVORS
+from torchtitan_ext.cola_llama.data import build_dataloader, build_tokenizer
 
 NAME = "llama3_peer"
 

@@ -18,48 +18,34 @@ from torchtitan.tools.logging import logger
 from boost_titan.ops.attention import check_backend, save_for_backward_ops
 from boost_titan.ops.cross_entropy import implementation_name
 from boost_titan.ops.float8 import check_float8
-from boost_titan.parallel import apply_tp, check_tp
+from boost_titan.parallel import apply_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_blocks, compile_on_local_shards
 from boost_titan.parallel.fsdp_copy_in import foreach_copy_in
 from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
-
-from . import patches
-from .logs import TORCHTITAN_AMP_OFF, drop
+from torchtitan_ext import patches
+from torchtitan_ext.cola_llama.job_config import fail_on, layout_problems
+from torchtitan_ext.runtime.logs import TORCHTITAN_AMP_OFF, drop
 
 
 def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     boost, args = job_config.boost, model.model_args
     tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
-    if job_config.training.seq_len % parallel_dims.seq_len_divisor:
-        raise ValueError(f"training.seq_len={job_config.training.seq_len} must be divisible by "
-                         f"{parallel_dims.seq_len_divisor} (tp · 2 · cp)")
-    if parallel_dims.cp_enabled:
-        raise NotImplementedError("context parallelism is not supported by cola_llama yet")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    problems = kernel_problems(boost, args, tp, parallel_dims.pp if parallel_dims.pp_enabled else 1, device)
-    if problems:
-        raise ValueError(problems[0])
+    fail_on(layout_problems(job_config, args, device))
     logger.info(f"Attention: {check_backend(boost.attention, device)}")
     logger.info(f"Projection GEMMs: {check_float8(boost.float8, args.gemm_dims(), tp, device)}")
     if boost.fused_cross_entropy:  # the model args defer the lm_head (update_from_config); build_loss applies it
         logger.info(f"lm_head + loss: {implementation_name(device.type)} (no logits materialised)")
 
-    if parallel_dims.tp_enabled:  # apply_tp checks the plan against the model
+    if parallel_dims.tp_enabled:
         apply_tp(model, parallel_dims.get_mesh("tp"), boost.tp_strategy, args, rmsnorm=boost.rmsnorm,
                  loss_parallel=not job_config.parallelism.disable_loss_parallel)
         logger.info(f"Applied tensor parallelism: tp_strategy={boost.tp_strategy} tp={tp} rmsnorm={boost.rmsnorm}")
-    else:
-        check_tp(boost.tp_strategy, args, 1)  # a strategy for the other family fails at tp = 1 too
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
-    if problem := cudagraphs_problem(boost, job_config.compile, device):
-        raise ValueError(problem)
     ac_mode = job_config.activation_checkpoint.mode
     if boost.lowrank_checkpoint:
-        if ac_mode != "none":
-            raise ValueError(f"[boost] lowrank_checkpoint=true replaces activation_checkpoint.mode={ac_mode!r}: "
-                             "set activation_checkpoint.mode = 'none'")
         apply_lowrank_checkpoint(model, args, tensor_parallel=parallel_dims.tp_enabled)
         logger.info("Applied low-rank activation checkpointing (saves the bottleneck all-reduce outputs)")
     elif ac_mode != "none":
@@ -85,8 +71,6 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
     if parallel_dims.fsdp_enabled:
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         per_unit = boost.fsdp_blocks_per_unit
-        if per_unit < 1:
-            raise ValueError(f"[boost] fsdp_blocks_per_unit={per_unit} must be at least 1")
         blocks = len(model.layers)
         units = None if per_unit == 1 else max(1, -(-blocks // per_unit))  # None: torchtitan's per-block wrapping
         apply_fsdp(model, parallel_dims.get_mesh(names), **fsdp, groups=units)
@@ -121,36 +105,6 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
 
 
 _CUDAGRAPHS_NOTE = ", replayed as CUDA graphs (cudagraph trees)"
-
-
-def cudagraphs_problem(boost, compile_config, device: torch.device) -> str | None:
-    """Why ``[boost] cudagraphs`` cannot apply (it replays the blocks inductor compiled, on CUDA); None: fine."""
-    if not boost.cudagraphs:
-        return None
-    if not (compile_config.enable and "model" in compile_config.components):
-        return ("[boost] cudagraphs=true replays the compiled blocks as CUDA graphs: set compile.enable = true with "
-                f"'model' in compile.components (got enable={compile_config.enable}, "
-                f"components={compile_config.components})")
-    if compile_config.backend != "inductor":
-        return f"[boost] cudagraphs=true needs compile.backend = 'inductor', got {compile_config.backend!r}"
-    if device.type != "cuda":
-        return f"[boost] cudagraphs=true needs a CUDA device; this run computes on {device.type}"
-    return None
-
-
-def kernel_problems(boost, args, tp: int, pp: int, device: torch.device | None = None) -> list[str]:
-    """The ``[boost]`` kernel choices this model, layout and machine cannot run (one line each; empty: fine)."""
-    out = []
-    if boost.fused_cross_entropy and (tp > 1 or pp > 1):
-        out.append(f"[boost] fused_cross_entropy=true needs the whole lm_head on each rank (tp = 1, pp = 1), "
-                   f"got tp={tp} pp={pp}; at tp > 1 loss parallelism already keeps the logits vocab-sharded")
-    for check in (lambda: check_backend(boost.attention, device),
-                  lambda: check_float8(boost.float8, args.gemm_dims(), tp, device)):
-        try:
-            check()
-        except (RuntimeError, ValueError) as e:
-            out.append(str(e))
-    return out
 
 
 def _dense_mesh(parallel_dims, names: list[str]):
@@ -192,9 +146,8 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offloa
         _wrap_per_block(model, config, reshard, reshard_after_forward_policy == "always")
     else:
         blocks = list(model.layers.values())
-        if not 1 <= groups <= max(1, len(blocks)):
-            raise ValueError(f"[boost] one_rank_fsdp_groups={groups} must be between 1 and the {len(blocks)} "
-                             "blocks of this model part")
+        if groups > max(1, len(blocks)):  # a pipeline stage shorter than n_layers // pp
+            raise ValueError(f"groups={groups}: this model part has only {len(blocks)} blocks")
         if groups > 1:
             bounds = [round(i * len(blocks) / groups) for i in range(groups + 1)]
             for start, end in zip(bounds, bounds[1:]):
