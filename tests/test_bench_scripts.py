@@ -106,6 +106,32 @@ def test_quality_plan_chooses_from_finished_logs_and_resumes(tmp_path):
     assert not any(r.arm == "dense" for r in quality.seed_runs(best, True) + quality.seed_runs(best, False))
 
 
+def test_quality_seeds_join_the_pool_once_their_arm_has_chosen(tmp_path, monkeypatch):
+    """Sweep and seed runs share one pool: every seed run starts after its own arm's whole sweep has
+    finished (never before), all arms with a choice inside their grid get seeds 1-3 in the same call,
+    and the speed pair (CoLA's and dense's seed 1) is left to the stage that runs alone."""
+    a = SimpleNamespace(out=str(tmp_path / "q"), log_freq=10, val_points=10, extra="", d_steps=100,
+                        arms=",".join(quality.ARMS), parallel=3)
+    finished, order = {}, []
+
+    def fake_train(run, a):
+        order.append(run)
+        finished[run] = {"validation": [(run.steps, 4.0 + 0.01 * (quality.ARMS[run.arm].lrs.index(run.lr) - 2) ** 2)]}
+        return finished[run]
+
+    monkeypatch.setattr(quality, "train", fake_train)
+    monkeypatch.setattr(quality, "load", lambda run, a: finished.get(run))
+    quality.sweep_then_seeds(["sweep", "seeds"], a)
+    sweep = quality.sweep_runs(100, a)
+    assert set(sweep) <= set(order)
+    seeds = [r for r in order if r.seed > 0]
+    assert {(r.arm, r.seed) for r in seeds} == {(arm, s) for arm in quality.ARMS for s in quality.SEEDS} - {
+        ("cola", 1), ("dense", 1)}
+    for run in seeds:
+        arm_sweep = [order.index(r) for r in sweep if r.arm == run.arm]
+        assert order.index(run) > max(arm_sweep), run
+
+
 def test_quality_logs_pack_reproducibly_and_resume(tmp_path):
     """The committed log archive holds every log byte for byte, is the same bytes when packed twice,
     and is unpacked where the folder is missing (a fresh clone resumes from it)."""

@@ -13,14 +13,15 @@ The experiment (train_configs/quality_60m.toml: Llama-2's 32K tokenizer, seq 102
 
 Stages, each resumable (a run whose log holds its final validation is not run again):
 
-1. ``sweep``: per arm, every learning rate x warm-up (10% and 20% of the run) at the arm's final
-   length, seed 0, ``--parallel`` runs at once on the one GPU (curves only). The setting with the
-   lowest final validation loss is chosen; a choice at the edge of the learning-rate grid is flagged
-   and gets no seeds until the grid is extended.
-2. ``speed``: the chosen CoLA and dense settings, seed 1, one run at a time, alone on the GPU, with a
-   profiler trace of one step (GPU-busy beside step time): tokens/s and the training time to reach
-   the dense twin's final validation loss.
-3. ``seeds``: every arm's chosen setting with seeds 1..3 (those of stage 2 reused), curves only.
+* ``sweep``: per arm, every learning rate x warm-up (10% and 20% of the run) at the arm's final
+  length, seed 0 (curves only). The setting with the lowest final validation loss is chosen; a
+  choice at the edge of the learning-rate grid is flagged and gets no seeds until the grid is extended.
+* ``seeds``: every arm's chosen setting with seeds 1..3 (curves only; CoLA's and dense's seed 1 are
+  the speed runs). Sweep and seed runs share one pool, ``--parallel`` at once on the one GPU; an
+  arm's seeds join it as soon as its sweep has chosen.
+* ``speed``: last, the chosen CoLA and dense settings, seed 1, one run at a time, alone on the GPU,
+  with a profiler trace of one step (GPU-busy beside step time): tokens/s and the training time to
+  reach the dense twin's final validation loss.
 
 ``report`` (run after every stage) writes ``<out>.{md,json,png}`` and the verdict, decided by the rule
 in ``VERDICT_RULE`` (fixed before any run, printed by ``--rule``)::
@@ -46,7 +47,7 @@ import re
 import statistics
 import tarfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,10 +304,37 @@ def run_all(runs: list[Run], a: argparse.Namespace, parallel: int) -> None:
           flush=True)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for run, result in zip(todo, pool.map(lambda r: train(r, a), todo)):
-            print(f"[{run.tag}] " + ("done" if result else "not run or FAILED: no final validation"), flush=True)
+            _report_done(run, result)
 
 
-# ---- the verdict ------------------------------------------------------------------------------
+def _report_done(run: Run, result: dict | None) -> None:
+    print(f"[{run.tag}] " + ("done" if result else "not run or FAILED: no final validation"), flush=True)
+
+
+def sweep_then_seeds(stages: list[str], a: argparse.Namespace) -> None:
+    """The sweep runs and the seeds that share the GPU, in one pool: an arm's seeds start as soon as
+    its sweep has chosen (so a call does not wait for the slowest arm's sweep before any seed runs)."""
+    arms = set(a.arms.split(","))
+    queued = [r for r in sweep_runs(a.d_steps, a) if r.arm in arms] if "sweep" in stages else []
+    submitted: set[Run] = set()
+    with ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool:
+        futures = {}
+
+        def submit_ready():
+            ready = queued + (seed_runs(chosen(a.d_steps, a), alone=False) if "seeds" in stages else [])
+            for run in ready:
+                if run not in submitted and load(run, a) is None:
+                    submitted.add(run)
+                    futures[pool.submit(train, run, a)] = run
+
+        submit_ready()
+        print(f"{len(futures)} runs to run now, {a.parallel} at a time (seeds join as their arm's sweep ends)",
+              flush=True)
+        while futures:
+            done = next(as_completed(futures))
+            _report_done(futures.pop(done), done.result())
+            submit_ready()
+
 
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
@@ -478,18 +506,14 @@ def main() -> None:
     unpack_logs(a)
     Path(a.out + "_logs").mkdir(parents=True, exist_ok=True)
     print(VERDICT_RULE, flush=True)
-    if "sweep" in stages:
-        arms = set(a.arms.split(","))
-        run_all([r for r in sweep_runs(a.d_steps, a) if r.arm in arms], a, a.parallel)
+    sweep_then_seeds(stages, a)
     best = chosen(a.d_steps, a)
     for name, run in best.items():
         if run is not None and at_grid_edge(run):
             print(f"{name}: the sweep chose lr {run.lr}, the edge of its grid {ARMS[name].lrs}: extend the grid "
                   "before its seeds run", flush=True)
-    if "speed" in stages:
+    if "speed" in stages:  # last, alone on the GPU
         run_all(seed_runs(best, alone=True), a, 1)
-    if "seeds" in stages:
-        run_all(seed_runs(best, alone=False), a, a.parallel)
     meta = env_info()
     meta["runs_device"] = ", ".join(sorted(run_devices(a))) or "no run yet"
     meta["command"] = f"python -m scripts.bench.quality --d-steps {a.d_steps} --parallel {a.parallel} --out {a.out}" + \
