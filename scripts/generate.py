@@ -13,16 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
+import torch
 
-import torch  # noqa: E402
-
-from boost_titan.checkpoints import load_model  # noqa: E402
-from boost_titan.generation import generate  # noqa: E402
-from torchtitan_ext.cola_llama.data import build_tokenizer  # noqa: E402
+from boost_titan.checkpoints import load_model
+from boost_titan.generation import generate
+from torchtitan_ext.cola_llama.data import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

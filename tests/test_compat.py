@@ -55,3 +55,28 @@ def test_every_patch_target_exists_and_only_listed_patches_apply(monkeypatch):
         patches.apply("hf_save_writes_config", None)
     holder = types.SimpleNamespace(dcp_save="before")
     assert patches.apply("hf_save_writes_config", "after", owner=holder) == "before" and holder.dcp_save == "after"
+
+
+# swaps of a class or method on one object that are not torch's or torchtitan's behaviour
+OWN_SWAPS = {"boost_titan/parallel/base.py": "a Projection becomes its sharded subclass (our own module)"}
+
+
+def test_every_swap_in_the_code_is_a_listed_patch():
+    """Every per-instance replacement in the code (an object's ``__class__`` or a bound method set on
+    it) is in ``patches.PATCHES``: made through ``apply`` or named by a patch's ``by``; ``setattr``
+    of torch or torchtitan attributes happens only inside ``apply``."""
+    import re
+
+    from torchtitan_ext import patches
+
+    from conftest import ROOT
+
+    listed = {p.by for p in patches.PATCHES.values() if p.by}
+    assert all((ROOT / f).is_file() for f in listed), listed
+    swap = re.compile(r"\.__class__ = |= types\.MethodType\(")
+    found = set()
+    for folder in ("boost_titan", "torchtitan_ext", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if swap.search(path.read_text()):
+                found.add(path.relative_to(ROOT).as_posix())
+    assert found - set(OWN_SWAPS) == listed, (found, listed)

@@ -2,10 +2,13 @@
 was written for, why, and the upstream issue it works around.
 
 The replacements themselves live beside the code they serve (the CPU shim, the emulator, the trainer's
-hooks); they are installed only through :func:`apply`, which refuses a name not listed here, or (a
-method of torchtitan's Trainer) overridden in the project's Trainer subclass. At import
-:func:`check` resolves every target on the installed torch and torchtitan: a release that renames or
-drops one fails here, naming the patch, instead of running without it.
+hooks, the library's FSDP and optimizer helpers). The family's are installed only through
+:func:`apply`, which refuses a name not listed here, or (a method of torchtitan's Trainer) overridden
+in the project's Trainer subclass. The library (``boost_titan``, torch-only) cannot import this module:
+its per-instance swaps are listed here with ``by`` naming the file that makes them, and a test finds
+every swap in the code and checks it is listed. At import :func:`check` resolves every target on the
+installed torch and torchtitan: a release that renames or drops one fails here, naming the patch,
+instead of running without it.
 
 (Private torch APIs that are *called*, not replaced, go through :mod:`boost_titan.compat`.)
 """
@@ -27,6 +30,7 @@ class Patch:
     upstream: str  # the issue it works around, or why there is none
     required: bool = True  # False: absent on some supported release, and then not applied (``why`` says)
     instance: bool = False  # replaced on one object the trainer hands us, not on the module or class
+    by: str = ""  # the file that makes the replacement, where it is not installed through apply()
 
     def owner_and_name(self):
         module, path = self.target.split(":")
@@ -45,6 +49,10 @@ PATCHES: dict[str, Patch] = {
         "accelerator; the CPU shim points these globals (and the copies in distributed.utils, "
         "parallel_dims, metrics and profiling) at the CPU (torchtitan_ext/runtime/cpu_shim.py)",
         "none: torchtitan does not support CPU training; this lets its loop run on gloo for CI"),
+    "cpu_device_module": Patch(
+        "torchtitan.tools.utils:device_module", TORCHTITAN,
+        "with cpu_device_type: the device module beside the type (the same modules' copies) becomes a "
+        "CPU stand-in with the calls torchtitan makes on it", "none (as above)"),
     "cpu_profiler_activities": Patch(
         "torchtitan.tools.profiling:torch.profiler.profile", TORCHTITAN,
         "torchtitan passes a None profiler activity when no accelerator exists; the shim drops it "
@@ -93,6 +101,22 @@ PATCHES: dict[str, Patch] = {
         "(and CoLA's modeling file) so the folder loads in transformers (torchtitan_ext/cola_llama/state_dict_adapter.py)",
         "none: torchtitan's HF export targets its own model families, whose configs exist upstream",
         instance=True),
+    "one_rank_fsdp_unshard": Patch(
+        "torch.distributed.fsdp._fully_shard._fsdp_param_group:FSDPParamGroup.wait_for_unshard", "torch 2.11-2.14",
+        "on a 1-rank mesh (mixed precision for tp/pp layouts without data sharding) FSDP2 casts and copies "
+        "each parameter with its own two kernels; the group's method becomes one foreach copy of all of them "
+        "(FSDP's own method for anything else)", "none filed: a 1-rank FSDP mesh is an unusual use",
+        instance=True, by="boost_titan/parallel/one_rank_fsdp.py"),
+    "one_rank_fsdp_post_backward": Patch(
+        "torch.distributed.fsdp._fully_shard._fsdp_param_group:FSDPParamGroup.post_backward", "torch 2.11-2.14",
+        "the same groups: the gradients are cast into the fp32 master gradients with one foreach copy, then "
+        "FSDP's own post_backward reshards with nothing left to reduce", "none filed (as above)",
+        instance=True, by="boost_titan/parallel/one_rank_fsdp.py"),
+    "optimizer_steps_on_local_shards": Patch(
+        "torch.optim:AdamW.step", "torch 2.11-2.14",
+        "an Adam / AdamW built by torchtitan gets a subclass as its __class__ whose step runs on the local "
+        "shards of DTensor parameters (one foreach step instead of a DTensor dispatch per parameter)",
+        "none: DTensor's per-op dispatch is its design", instance=True, by="boost_titan/parallel/local_shards.py"),
 }
 
 

@@ -64,7 +64,7 @@ class _Profile(torch.profiler.profile):
 
 
 def install() -> None:
-    """The patches ``cpu_device_type`` and ``cpu_profiler_activities`` (torchtitan_ext/patches.py)."""
+    """The patches ``cpu_device_type``, ``cpu_device_module`` and ``cpu_profiler_activities`` (torchtitan_ext/patches.py)."""
     from torchtitan_ext import patches
 
     cpu = _CPUDeviceModule("torchtitan_cpu_device")
@@ -76,6 +76,6 @@ def install() -> None:
         if hasattr(module, "device_type"):
             patches.apply("cpu_device_type", "cpu", owner=module)
         if hasattr(module, "device_module"):
-            module.device_module = cpu  # the same patch: the module beside the type
+            patches.apply("cpu_device_module", cpu, owner=module)
     # torchtitan builds it as torch.profiler.profile(...): patched process-wide, CPU-only runs alone
     patches.apply("cpu_profiler_activities", _Profile)
