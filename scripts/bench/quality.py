@@ -387,8 +387,8 @@ def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
                           "train_curve": [(s["step"], s["loss"]) for s in r["steps"]], "command": r["command"]})
     v = verdict(losses)
     arm_rows = [{"arm": name, "what": ARMS[name].label, "seeds": len(vals),
-                 "val_loss_mean": mean_std(vals)[0] if vals else None,
-                 "val_loss_std": mean_std(vals)[1] if vals else None,
+                 "val_loss_mean": round(mean_std(vals)[0], 4) if vals else None,
+                 "val_loss_std": round(mean_std(vals)[1], 4) if vals else None,
                  "lr": best[name].lr if best[name] else None, "warmup": best[name].warmup if best[name] else None,
                  "steps": best[name].steps if best[name] else None} for name, vals in losses.items()]
     target = statistics.fmean(losses["dense"]) if losses["dense"] else None
@@ -400,15 +400,18 @@ def report(d_steps: int, a: argparse.Namespace, meta: dict) -> None:
         tps = _median_tps(r)
         reach_step, reach_s = _time_to_reach(r, target)
         busy = gpu_busy_s(run, a)
-        speed_rows.append({"arm": run.arm, "tokens_per_s": tps, "step_s": r["tokens_per_step"] / tps,
-                           "gpu_busy_s": busy, "train_s": r["train_s"][r["steps"][-1]["step"]],
-                           "step_reaching_dense_loss": reach_step, "train_s_to_dense_loss": reach_s,
+        speed_rows.append({"arm": run.arm, "tokens_per_s": round(tps), "step_ms": round(1e3 * r["tokens_per_step"] / tps, 2),
+                           "gpu_busy_ms": round(1e3 * busy, 2) if busy is not None else None,
+                           "train_s": r["train_s"][r["steps"][-1]["step"]],
+                           "step_reaching_dense_loss": reach_step if reach_step is not None else "not reached",
+                           "train_s_to_dense_loss": reach_s,
                            "peak_mem_gib": max(s["mem_gib"] for s in r["steps"])})
+    v = {k: round(x, 4) if isinstance(x, float) else x for k, x in v.items()}
     sections = [("Verdict", [v], None, f"```\n{VERDICT_RULE}\n```"),
                 ("Arms at their chosen setting (final validation loss over seeds)", arm_rows, None),
                 ("Speed: the chosen CoLA and dense runs, each alone on the GPU", speed_rows, None,
-                 "tokens_per_s: median of the last 3/4 of the logged windows; step_s = tokens per step / "
-                 "tokens_per_s; gpu_busy_s: GPU kernel time of one traced step; train_s: training time from "
+                 "tokens_per_s: median of the last 3/4 of the logged windows; step_ms = tokens per step / "
+                 "tokens_per_s; gpu_busy_ms: GPU kernel time of one traced step; train_s: training time from "
                  "the logged tokens/s (validation excluded), start-up included; train_s_to_dense_loss: when the "
                  "validation curve (linear between points) reaches the dense twin's mean final loss."),
                 ("Learning-rate sweep (seed 0, each arm at its final length, runs sharing the GPU)",

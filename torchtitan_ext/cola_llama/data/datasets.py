@@ -37,7 +37,7 @@ from torchtitan.hf_datasets.text_datasets import (
 )
 from torchtitan.tools.logging import logger
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 EMBEDDED_JSONL = Path(__file__).parent / "assets" / "embedded" / "data.jsonl"
 CORPUS_DIR = REPO_ROOT / "data" / "corpus"
 
