@@ -45,8 +45,7 @@ def free_port() -> int:
 
 def _worker(rank, world_size, port, fn, args, errors, cuda):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if not cuda:  # a CPU test stays on the CPU on a GPU machine too: torchtitan's ParallelDims and
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # init_device_mesh pick CUDA whenever they see a GPU
+    assert cuda or (os.environ.get("CUDA_VISIBLE_DEVICES") == "" and not torch.cuda.is_available())
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
@@ -70,6 +69,13 @@ def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
     port = free_port()
+    # A CPU test stays on the CPU on a GPU machine too: the ranks must see no GPU from their first
+    # import on (unpickling ``fn`` imports its test module, and torchtitan picks its device type,
+    # which ParallelDims and init_device_mesh then use, when it is imported), so the variable is
+    # set before they are spawned; the parent's own CUDA is untouched (read once, at its init).
+    hidden = {} if cuda else {"CUDA_VISIBLE_DEVICES": ""}
+    saved = {k: os.environ.get(k) for k in hidden}
+    os.environ.update(hidden)
     try:
         mp.start_processes(_worker, args=(world_size, port, fn, args, errors, cuda), nprocs=world_size,
                            join=True, start_method="spawn")
@@ -78,6 +84,12 @@ def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
         while not errors.empty():
             msgs.append(errors.get())
         raise AssertionError("\n".join(msgs) or str(exc)) from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
