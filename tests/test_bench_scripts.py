@@ -11,23 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 from scripts.bench import emulate, quality
-from scripts.bench.common import (
-    bucket,
-    format_table,
-    interleaved_time_ms,
-    removal_bounds,
-    trace_buckets,
-    trace_gaps,
-    trace_host,
-    trace_kernel_diff,
-    trace_top_kernels,
-    write_results,
-)
 from scripts.bench.e2e import variant
-from scripts.bench.gemm_ops import Operands, best_rows
 from scripts.bench.loss_match import compare
 from scripts.bench.profile_step import ceiling_rows, gemm_tflop_per_step
 from scripts.bench.quality import _time_to_reach, _training_seconds, validation_freq
+from scripts.bench.results import format_table, write_results
+from scripts.bench.timing import interleaved_time_ms
+from scripts.bench.traces import bucket, removal_bounds, trace_buckets, trace_gaps, trace_host, trace_top_kernels
 
 
 @pytest.mark.parametrize("steps, points, log_freq, expected", [
@@ -249,33 +239,6 @@ def test_trace_top_kernels_and_idle_by_hand(tmp_path):
     assert rows[-1]["ms"] == pytest.approx(4.5) and rows[-1]["idle_ms"] == pytest.approx(5.5)
 
 
-def test_trace_kernel_diff_by_hand(tmp_path):
-    """Two traces of one step: the GEMM and the norm run equally often, 1.1x longer in the base (a clock
-    effect); a copy kernel exists only in the base. Largest time difference first; the summary's median
-    ratio counts only kernels called equally often."""
-    from scripts.bench.kernel_diff import summary
-
-    def trace(name, kernels):
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": k, "ts": 10_000 * i, "dur": d}
-                                                    for i, (k, d) in enumerate(kernels)]}))
-        return path
-
-    base = trace("base", [("nvjet_sm90_gemm", 1100), ("nvjet_sm90_gemm", 1100), ("triton_red_fused_norm", 440),
-                          ("copy_kernel", 5000)])
-    other = trace("other", [("nvjet_sm90_gemm", 1000), ("nvjet_sm90_gemm", 1000), ("triton_red_fused_norm", 400)])
-    rows = trace_kernel_diff(base, other)
-    assert [r["kernel"] for r in rows] == ["copy_kernel", "nvjet_sm90_gemm", "triton_red_fused_norm"]
-    copy, gemm, norm = rows
-    assert copy["other_calls"] == 0 and copy["mean_ratio"] is None and copy["base_ms"] == pytest.approx(5.0)
-    assert (gemm["base_calls"], gemm["other_calls"]) == (2, 2) and gemm["bucket"] == "gemm"
-    assert gemm["base_mean_us"] == pytest.approx(1100) and gemm["mean_ratio"] == pytest.approx(1.1)
-    assert norm["mean_ratio"] == pytest.approx(1.1)
-    total = summary(rows)
-    assert total["same_calls"] == 2 and total["median_mean_ratio"] == pytest.approx(1.1)
-    assert total["base_ms"] == pytest.approx(7.64) and total["other_ms"] == pytest.approx(2.4)
-
-
 def test_trace_gaps_by_hand(tmp_path):
     # host thread: a step annotation; an aten::to whose copy is followed by a stream synchronize that
     # blocks until the GPU drains (3.01 ms), then an embedding launch; later a compiled region launches
@@ -369,66 +332,19 @@ def test_removal_bounds_by_hand():
     assert rows["CoLA attention at the dense time"] == pytest.approx(260 / 156)
 
 
-def test_gemm_ops_candidates_compute_the_models_products():
-    """Every formulation gemm_ops.py times (weight layout, split-K dW) equals the product's fp64
-    definition (einsum), and the check would catch one that does not."""
-    import torch
-    ops = Operands(c=2, m=64, k=24, n=40, device="cpu", dtype=torch.float64)
-    fns = ops.products(side=None)
-    assert {"w_in_out", "splitk2", "splitk4", "splitk8"} <= set(fns["dW"])
-    ops.check(fns)  # raises on a mismatch
-    fns["dW"]["wrong"] = lambda: torch.bmm(ops.dy.transpose(1, 2), ops.x * 1.01, out=ops.dw)
-    with pytest.raises(AssertionError, match="dW/wrong"):
-        ops.check(fns)
-
-
-def test_gemm_ops_part_times_pick_one_layout_per_weight():
-    class G:  # a linear of one part: y[m, n] = x[m, k] Wᵀ
-        name, c, k, n = "g", 1, 10, 10
-    ms = {("fwd", "model"): 1.0, ("dX", "model"): 1.0, ("dW", "model"): 3.0,
-          ("fwd", "w_in_out"): 2.0, ("dX", "w_in_out"): 0.5, ("dW", "w_in_out"): 2.0,
-          ("dW", "splitk2"): 2.5}
-    rows = [{"gemm": "g", "product": p, "candidate": c, "ms": t} for (p, c), t in ms.items()]
-    part = best_rows(rows, {"attn": [G]}, b=1, m=100, peak=1.0)[0]
-    assert part["model_ms"] == pytest.approx(5.0)
-    assert part["best_layout_ms"] == pytest.approx(min(1 + 1 + 2.5, 2 + 0.5 + 2))  # model + split dW
-    assert part["best_any_ms"] == pytest.approx(1 + 0.5 + 2)
-
-
-@pytest.mark.parametrize("script, args", [
-    ("gemm_efficiency", ["--quick", "--rounds", "2"]),
-    ("gemm_ops", ["--size", "tiny", "--batch", "1", "--seq", "64", "--rounds", "2"]),
-])
-def test_gemm_benchmarks_run_on_cpu_and_their_parts_add_up(tmp_path, script, args):
+def test_gemm_efficiency_runs_on_cpu_and_its_parts_add_up(tmp_path):
     out = tmp_path / "res"
-    proc = subprocess.run([sys.executable, "-m", f"scripts.bench.{script}", "--device", "cpu", "--repeats", "1",
-                           "--warmup", "0", "--out", str(out), *args], cwd=Path(__file__).resolve().parents[1],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.gemm_efficiency", "--device", "cpu", "--repeats", "1",
+                           "--warmup", "0", "--out", str(out), "--quick", "--rounds", "2"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((tmp_path / "res.json").read_text())["rows"]
-    if script == "gemm_efficiency":  # one layer row per (strategy, b), equal to attn + mlp
-        parts = {(r["strategy"], r["b"], r["part"]): r for r in rows}
-        assert {k[0] for k in parts} == {"fullrank", "vanilla", "btp"} and {k[1] for k in parts} == {1, 4}
-        for (strategy, b, part), r in parts.items():
-            if part == "layer":
-                assert r["time_ms"] == pytest.approx(parts[(strategy, b, "attn")]["time_ms"]
-                                                     + parts[(strategy, b, "mlp")]["time_ms"])
-    else:  # every BTP linear has each product timed as the model runs it, against its own peak
-        have = {(r["gemm"], r["product"]) for r in rows if r["candidate"] == "model"}
-        assert have == {(g, p) for g in ("A_qkv", "B_qkv", "A_o", "B_o", "A_gu", "B_gu", "A_dn", "B_dn")
-                        for p in ("fwd", "dX", "dW")}
-        assert all(r["pct_peak"] == pytest.approx(100 * r["tflops"] / r["peak_tflops"]) for r in rows)
-
-
-def test_one_rank_fsdp_host_benchmark_runs_both_unshards(tmp_path):
-    out = tmp_path / "host"
-    proc = subprocess.run([sys.executable, "-m", "scripts.bench.one_rank_fsdp_host", "--params", "6", "--steps", "2",
-                           "--warmup", "1", "--out", str(out)], cwd=Path(__file__).resolve().parents[1],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert [r["unshard"] for r in rows] == ["FSDP2 per parameter", "one _foreach_copy_ each way", "no FSDP (bf16 weights)"] * 2
-    assert all(r["params"] == 6 and r["forward_ms"] > 0 and r["backward_ms"] > 0 for r in rows)
+    parts = {(r["strategy"], r["b"], r["part"]): r for r in rows}  # one layer row per (strategy, b): attn + mlp
+    assert {k[0] for k in parts} == {"fullrank", "vanilla", "btp"} and {k[1] for k in parts} == {1, 4}
+    for (strategy, b, part), r in parts.items():
+        if part == "layer":
+            assert r["time_ms"] == pytest.approx(parts[(strategy, b, "attn")]["time_ms"]
+                                                 + parts[(strategy, b, "mlp")]["time_ms"])
 
 
 def test_interleaved_timing_alternates_the_functions_round_by_round():

@@ -25,7 +25,8 @@ from boost_titan.models import FLAVORS, Transformer
 from boost_titan.parallel import apply_tp
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.planner.trace import fake_world
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.results import doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.timing import cuda_time_ms
 
 B, S = 4, 4096
 

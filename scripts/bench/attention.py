@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from scripts.bench.results import doc_notes, env_info, print_table, write_results
+from scripts.bench.timing import cuda_time_ms
 
 SDPA = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION}

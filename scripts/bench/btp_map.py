@@ -16,7 +16,7 @@ import shlex
 import sys
 
 from boost_titan.planner import predict
-from scripts.bench.common import env_info, print_table, pyplot, write_results
+from scripts.bench.results import env_info, print_table, pyplot, write_results
 
 FLAVORS = ("7B", "13B", "30B")
 NODES = (1, 2, 4, 8, 16, 32, 64, 128)

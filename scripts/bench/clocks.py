@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from scripts.bench.common import PeakGemm, doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.results import doc_notes, env_info, print_table, pyplot, write_results
+from scripts.bench.timing import PeakGemm
 
 
 def nvml_reader():

@@ -12,7 +12,7 @@ import sys
 
 from boost_titan.models import FLAVORS
 from boost_titan.planner.collectives import layer_collectives, summarize
-from scripts.bench.common import env_info, print_table, write_results
+from scripts.bench.results import env_info, print_table, write_results
 
 
 def main(argv=None) -> None:

@@ -23,16 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from scripts.bench.common import (
-    bucket_rows,
-    env_info,
-    print_table,
-    removal_bounds,
-    trace_buckets,
-    trace_gaps,
-    trace_host,
-    write_results,
-)
+from scripts.bench.results import env_info, print_table, write_results
+from scripts.bench.traces import bucket_rows, removal_bounds, trace_buckets, trace_gaps, trace_host
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -252,7 +244,7 @@ def main() -> None:
     if host:
         sections.append(("Host time of the traced step by kind", host, None,
                          "Each host thread's ops nest; an op's own time (less its children's) is charged to the "
-                         "nearest kind among itself and the ops around it (`scripts.bench.common.HOST_KINDS`). "
+                         "nearest kind among itself and the ops around it (`scripts.bench.traces.HOST_KINDS`). "
                          "Time outside any op (Python between ops, a thread waiting for another) is not counted; "
                          "the launches of a compiled graph's kernels count as that graph's."))
     if bounds:

@@ -29,7 +29,7 @@ import torch
 
 from boost_titan.models import FLAVORS
 from boost_titan.models.model import TransformerBlock, rope_cos_sin
-from scripts.bench.common import env_info, print_table, write_results
+from scripts.bench.results import env_info, print_table, write_results
 
 aten = torch.ops.aten
 VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,

@@ -41,16 +41,9 @@ from boost_titan.parallel import STRATEGIES as PLANS
 from boost_titan.parallel import stream_shape
 from boost_titan.planner import comm_model
 from boost_titan.planner.collectives import model_collectives
-from scripts.bench.common import (
-    bucket_rows,
-    env_info,
-    print_table,
-    trace_buckets,
-    trace_gaps,
-    trace_top_kernels,
-    write_results,
-)
 from scripts.bench.e2e import ROOT, run_train
+from scripts.bench.results import env_info, print_table, write_results
+from scripts.bench.traces import bucket_rows, trace_buckets, trace_gaps, trace_top_kernels
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
@@ -303,7 +296,7 @@ def main() -> None:
     if profiles:
         sections.append(("GPU time of the traced step by kernel kind (ms)", profiles, None))
     if gaps:
-        sections.append(("GPU idle time of the traced step by host cause (see common.trace_gaps)", gaps, None))
+        sections.append(("GPU idle time of the traced step by host cause (see traces.trace_gaps)", gaps, None))
     meta = env_info()
     if previous:  # the machine and versions the measurements came from
         meta = {**previous["meta"], "derived_columns_recomputed": meta["date"]}

@@ -26,16 +26,9 @@ from dataclasses import dataclass
 import torch
 
 from boost_titan.models import TransformerArgs
-from scripts.bench.common import (
-    H200_DATASHEET_BF16_TFLOPS,
-    PeakGemm,
-    env_info,
-    interleaved_time_ms,
-    print_table,
-    pyplot,
-    write_results,
-)
 from scripts.bench.layer_gemms import layer_gemms as trace_layer_gemms
+from scripts.bench.results import env_info, print_table, pyplot, write_results
+from scripts.bench.timing import H200_DATASHEET_BF16_TFLOPS, PeakGemm, interleaved_time_ms
 
 SIZES = {"tiny": (256, 512), "1B": (2048, 5472), "3B": (3072, 8192), "7B": (4096, 11008), "13B": (5120, 13824)}  # d, f
 STRATEGIES = ("fullrank", "vanilla", "btp")

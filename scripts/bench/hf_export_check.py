@@ -17,7 +17,7 @@ import torch
 
 from boost_titan.checkpoints import load_model
 from boost_titan.generation import generate
-from scripts.bench.common import env_info, print_table, write_results
+from scripts.bench.results import env_info, print_table, write_results
 
 
 def _seconds(fn) -> tuple[object, float]:

@@ -6,7 +6,7 @@ not per FLOP. This script runs torchtitan's loop as rank 0 of an ``--ngpu`` layo
 (``torchtitan_ext.runtime.emulate``, as ``e2e --emulate`` does) with a stand-in of ``--flavor``: the same blocks,
 heads, parameters per block and parallel layout, but ``--dim`` wide, so that the CPU's kernels cost
 little and the step's time is mostly the host's. The last step is traced and its host time broken
-down by kind (``common.trace_host``, the table ``e2e --profile`` prints for GPU runs).
+down by kind (``traces.trace_host``, the table ``e2e --profile`` prints for GPU runs).
 
 What it is for: trying a host-side change (wrapping, hooks, optimizer, clipping) in minutes on a laptop
 before spending GPU time. Its kinds track a GPU run's (7B tp 4 × FSDP 2 one unit, b 1: FSDP2 18.6 ms
@@ -30,8 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.bench.common import env_info, print_table, trace_host, write_results
 from scripts.bench.e2e import ANSI, ROOT, emulate_env, variant
+from scripts.bench.results import env_info, print_table, write_results
+from scripts.bench.traces import trace_host
 
 STAND_IN = "host_proxy"  # the stand-in flavor's name, registered in the child process only
 STEP_TIME = re.compile(r"(\d\d):(\d\d):(\d\d)[,.](\d\d\d) .* step: +(\d+) ")

@@ -18,7 +18,8 @@ from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.config import ConfigManager
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
-from scripts.bench.common import cuda_time_ms, doc_notes, env_info, print_table, write_results
+from scripts.bench.results import doc_notes, env_info, print_table, write_results
+from scripts.bench.timing import cuda_time_ms
 from torchtitan_ext.cola_llama.data import build_tokenizer
 from torchtitan_ext.cola_llama.data.datasets import PackedText
 

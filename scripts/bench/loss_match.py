@@ -19,8 +19,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from scripts.bench.common import env_info, print_table, write_results
 from scripts.bench.e2e import run_train
+from scripts.bench.results import env_info, print_table, write_results
 
 
 def compare(baseline: list[float], candidate: list[float], window: int) -> dict:

@@ -25,7 +25,7 @@ from boost_titan.models import FLAVORS
 from boost_titan.planner import predict as plan
 from boost_titan.planner.comm_model import Cluster
 from boost_titan.planner.costs import measured_constants
-from scripts.bench.common import env_info, print_table, write_results
+from scripts.bench.results import env_info, print_table, write_results
 
 BOOST_13B_A100 = {"fullrank": 2.07, "vanilla": 2.42, "btp": 1.30}  # s per step, BOOST README (Fig. 5)
 

@@ -9,7 +9,7 @@ import shlex
 import sys
 
 from boost_titan.planner.__main__ import COLUMNS, parser, run
-from scripts.bench.common import env_info, write_results
+from scripts.bench.results import env_info, write_results
 
 
 def main(argv=None) -> None:

@@ -26,16 +26,9 @@ import torch.nn.functional as F
 
 from boost_titan.models import FLAVORS, Transformer
 from boost_titan.models.args import linear_params_per_layer
-from scripts.bench.common import (
-    bucket,
-    bucket_rows,
-    cuda_time_ms,
-    doc_notes,
-    env_info,
-    measured_bf16_peak_tflops,
-    print_table,
-    write_results,
-)
+from scripts.bench.results import doc_notes, env_info, print_table, write_results
+from scripts.bench.timing import cuda_time_ms, measured_bf16_peak_tflops
+from scripts.bench.traces import bucket, bucket_rows
 
 
 def profile(variant: str, batch: int, seq: int, steps: int, top: int) -> tuple[dict, list, float]:

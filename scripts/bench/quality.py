@@ -53,8 +53,9 @@ from pathlib import Path
 
 from boost_titan.models.args import flops_per_token
 from boost_titan.models.flavors import FLAVORS
-from scripts.bench.common import env_info, print_table, pyplot, trace_buckets, write_results
 from scripts.bench.e2e import ANSI, ROOT, parse_log, run_train
+from scripts.bench.results import env_info, print_table, pyplot, write_results
+from scripts.bench.traces import trace_buckets
 
 CONFIG = "train_configs/quality_60m.toml"
 CORPUS_STATS = ROOT / "data" / "corpus" / "stats.json"

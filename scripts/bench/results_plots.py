@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.bench.common import pyplot
+from scripts.bench.results import pyplot
 
 RESULTS = Path("docs/results")
 

@@ -1,247 +1,13 @@
-"""Shared code of the benchmarks: timing (CUDA events, interleaved rounds), GEMM ceilings, profiler-trace
-buckets, plots, and the result files (environment record, markdown tables, ``<out>.json`` + ``<out>.md``).
-
-Every benchmark (``python -m scripts.bench.<name>``) records
-:func:`env_info` (date, hardware, versions, commit, exact command) in its meta, writes through
-:func:`write_results` and prints a short table last.
-"""
+"""Profiler traces of one step: GPU time by kernel class, the top kernels, the host causes of GPU
+idle time, host time by kind, and the bounds of removing a kernel class."""
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import platform
-import shlex
-import statistics
-import subprocess
-import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import torch
-
-from boost_titan.planner.table import format_table
-
-__all__ = ["format_table"]  # re-exported: the benchmarks' tables are the planner's
-
-
-def _git_rev() -> str | None:
-    """``<short sha>[-dirty]`` of the checkout; ``BOOST_GIT_REV`` wins (a run from a ``git archive``
-    snapshot has no .git of its own); None when unknown."""
-    if os.environ.get("BOOST_GIT_REV"):
-        return os.environ["BOOST_GIT_REV"]
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-        return rev + ("-dirty" if dirty else "") if rev else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def env_info(device: torch.device | str | None = None) -> dict:
-    """Date, hardware, software versions and the exact command line of this run."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    try:
-        import triton  # noqa: PLC0415
-
-        triton_version = triton.__version__
-    except Exception:  # noqa: BLE001 - triton is optional (absent on CPU wheels)
-        triton_version = None
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": name,
-        "device_type": device.type,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": triton_version,
-        "python": platform.python_version(),
-        "git": _git_rev(),
-        "command": shlex.join(["python", *sys.argv]),
-    }
-
-
-def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
-    print(format_table(rows, columns), end="", flush=True)
-
-
-def write_results(
-    out_prefix: str,
-    rows: list[dict],
-    meta: dict,
-    title: str,
-    columns: Sequence[str] | None = None,
-    sections: Iterable[tuple] = (),
-    notes: str = "",
-) -> tuple[str, str]:
-    """Write ``<out_prefix>.json`` and ``<out_prefix>.md``; returns both paths.
-
-    ``sections`` are extra ``(heading, rows, columns)`` or ``(heading, rows, columns, note)`` tables placed
-    before the full ``rows`` table (in the JSON under ``sections``, by heading; a note is markdown printed
-    under its heading); ``notes`` is free markdown placed after the meta block.
-    """
-    os.makedirs(os.path.dirname(os.path.abspath(out_prefix)), exist_ok=True)
-    json_path, md_path = out_prefix + ".json", out_prefix + ".md"
-    sections = list(sections)
-    data = {"title": title, "meta": meta, "rows": rows}
-    if sections:
-        data["sections"] = {heading: list(sec_rows) for heading, sec_rows, *_ in sections}
-    with open(json_path, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-    md = [f"# {title}", ""]
-    md += [f"- **{k}**: `{v}`" if k == "command" else f"- **{k}**: {v}" for k, v in meta.items()]
-    md.append("")
-    if notes:
-        md += [notes.strip(), ""]
-    for heading, sec_rows, sec_cols, *sec_note in sections:
-        md += [f"## {heading}", ""] + [n.strip() + "\n" for n in sec_note] + [format_table(sec_rows, sec_cols)]
-    md += ["## All rows", "", format_table(rows, columns)]
-    with open(md_path, "w") as f:
-        f.write("\n".join(md))
-    return json_path, md_path
-
-
 # ---- timing, ceilings, traces, plots ----------------------------------------------------------
-H200_DATASHEET_BF16_TFLOPS = 989.0  # dense bf16, no sparsity
-
-
-def cuda_time_ms(
-    fn: Callable[[], object],
-    warmup: int = 5,
-    repeats: int = 20,
-    use_graph: bool = False,
-    device: torch.device | str | None = None,
-) -> float:
-    """Median wall time of ``fn()`` in milliseconds; the warm-up calls are excluded.
-
-    On CUDA each repeat is bracketed by a pair of CUDA events. With ``use_graph=True`` the calls in
-    ``fn`` are captured once into a CUDA graph and the graph is replayed, so that the time is the
-    GPU's time alone (no Python/launch overhead between small kernels). ``fn`` must then be
-    capturable (fixed shapes, preallocated outputs, no host syncs). On CPU (or when CUDA is absent)
-    it times with ``time.perf_counter``.
-    """
-    return interleaved_time_ms({"fn": fn}, warmup, repeats, rounds=1, use_graph=use_graph, device=device)["fn"]
-
-
-def interleaved_time_ms(
-    fns: dict[str, Callable[[], object]],
-    warmup: int = 5,
-    repeats: int = 10,
-    rounds: int = 5,
-    use_graph: bool = False,
-    device: torch.device | str | None = None,
-) -> dict[str, float]:
-    """Median time (ms) of each of several functions, timed in ``rounds`` interleaved rounds.
-
-    Each round times every function ``repeats`` times in turn, so clock and thermal drift (which
-    moves an H200's GEMM throughput by several percent within a minute: docs/results/clocks_h200.md) falls on all
-    of them alike instead of
-    on whichever ran last. Timing as in :func:`cuda_time_ms`; graphs are captured once, up front.
-    """
-    if device is None:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    runs, graphs = {}, []
-    for name, fn in fns.items():
-        runs[name] = fn
-        if cuda and use_graph:
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # warm up (cuBLAS handles, workspaces) before capture
-                for _ in range(max(warmup, 1)):
-                    fn()
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
-            graphs.append(graph)
-            runs[name] = graph.replay
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for run in runs.values():
-        for _ in range(warmup):
-            run()
-    for _ in range(rounds):
-        for name, run in runs.items():
-            if not cuda:
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    run()
-                    samples[name].append((time.perf_counter() - t0) * 1e3)
-                continue
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-            for start, end in zip(starts, ends):
-                start.record()
-                run()
-                end.record()
-            torch.cuda.synchronize(device)
-            samples[name] += [a.elapsed_time(b) for a, b in zip(starts, ends)]
-    del graphs
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
-class PeakGemm:
-    """The reference matmul roofline: an ``n³`` product on random data (call it to run it once).
-
-    bf16 on CUDA (n = 8192, the reference roofline); on CPU fp32 with n capped at ``cpu_n`` (only to
-    give the smoke tests a meaningful denominator). Time it alone (:func:`measured_bf16_peak_tflops`)
-    or among the functions it is a ceiling for (:func:`interleaved_time_ms`), then :meth:`tflops`.
-    """
-
-    def __init__(self, device: torch.device | str = "cuda", n: int = 8192, cpu_n: int = 256):
-        device = torch.device(device)
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        n = n if device.type == "cuda" else min(n, cpu_n)
-        self.a, self.b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-        self.out = torch.empty_like(self.a)
-        self.n, self.flops = n, 2 * n**3
-
-    def __call__(self) -> torch.Tensor:
-        return torch.mm(self.a, self.b, out=self.out)
-
-    def tflops(self, ms: float) -> float:
-        return self.flops / (ms * 1e-3) / 1e12
-
-
-def measured_bf16_peak_tflops(
-    device: torch.device | str = "cuda", n: int = 8192, warmup: int = 5, repeats: int = 20
-) -> float:
-    """Measured matmul ceiling in TFLOP/s: median time of :class:`PeakGemm` timed alone."""
-    peak = PeakGemm(device, n, cpu_n=1024)
-    return peak.tflops(cuda_time_ms(peak, warmup, repeats, device=device))
-
-
-def doc_notes(doc: str) -> str:
-    """A script's docstring minus its title line and its indented usage lines: the notes of its results."""
-    paragraphs = doc.strip().split("\n\n")[1:]
-    return "\n\n".join(p for p in paragraphs if not p.startswith("    "))
-
-
-def pyplot():
-    """``matplotlib.pyplot`` with the file-only Agg backend, or None (with a note) where it is missing."""
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        print("matplotlib not importable: skipping the plot", file=sys.stderr)
-        return None
-    return plt
-
-
 
 
 KERNEL_BUCKETS = [("attention", ("fmha", "flash", "cudnn", "attention", "sdpa")),
@@ -323,27 +89,13 @@ def trace_top_kernels(trace_path: str | Path, n: int = 20) -> list[dict]:
     return rows
 
 
-def trace_kernel_diff(base_trace: str | Path, other_trace: str | Path) -> list[dict]:
-    """The same traced step in two runs, kernel name by kernel name: calls, total ms and mean µs in each,
-    and ``mean_ratio`` (base / other; > 1: the kernel ran longer in the base run), largest time
-    difference first. Equal calls with one common ratio across kernels points at the clock, not the code."""
-    base, other = (_kernels_by_name(_step_gpu_events(_trace_events(t))) for t in (base_trace, other_trace))
-    rows = []
-    for name in base.keys() | other.keys():
-        (bc, bms), (oc, oms) = base.get(name, (0, 0.0)), other.get(name, (0, 0.0))
-        b_mean, o_mean = 1e3 * bms / bc if bc else None, 1e3 * oms / oc if oc else None
-        rows.append({"kernel": name[:90], "bucket": bucket(name), "base_calls": bc, "base_ms": bms,
-                     "base_mean_us": b_mean, "other_calls": oc, "other_ms": oms, "other_mean_us": o_mean,
-                     "mean_ratio": b_mean / o_mean if b_mean and o_mean else None})
-    return sorted(rows, key=lambda r: -abs(r["base_ms"] - r["other_ms"]))
-
-
-# host calls that block until the GPU has caught up. Not cudaMemcpyAsync: it also carries every
-# device-to-device copy, which blocks nothing; PyTorch's blocking copies (.item(), .to() without
-# non_blocking) follow it with a cudaStreamSynchronize, which is listed.
 HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH")
+
+
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
 _HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
 
@@ -442,6 +194,8 @@ HOST_KINDS = (
     ("gradient clipping", ("boost::clip_grad_norm",)),
     ("DTensor redistribute", ("Redistribute",)),
 )
+
+
 _UNKINDED = "other ops (eager ops outside compiled regions, autograd engine)"
 
 
