@@ -6,9 +6,8 @@ are tp DTensors (see :class:`LocalShardCompiled`). From 2.14 a dropout-free SDPA
 would; the module serves every supported torch, so one code path runs on all of them.
 ``torchtitan_ext.cola_llama.parallelize`` uses it instead of
 torchtitan's per-block ``torch.compile`` exactly when tp, compile and any activation checkpointing
-meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go (no upstream issue
-for it was found when searched on 2026-12-03; pytorch#173270 reworks how AOTAutograd handles DTensor
-meshes at runtime and is the place to watch).
+meet; once upstream fixes the DeviceMesh-in-saved-tensors bug this module can go (pytorch#173270,
+which reworks how AOTAutograd handles DTensor meshes at runtime, is the place to watch).
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 Under tensor parallelism (and FSDP2) every parameter, gradient and optimizer state is a DTensor, so
 torch's AdamW and ``clip_grad_norm_`` go through DTensor's dispatcher: sharding propagation for foreach
-ops over hundreds of tensors, and one dispatch per norm to stack. A profiler trace of the 7B tp 4 btp
-rank (``docs/results/emulate_7b_gaps.md``) shows the GPU idle for ~10 ms before the fused AdamW kernel
-and ~13 ms during clipping while the host works through that dispatch. Both are elementwise per shard,
+ops over hundreds of tensors, and one dispatch per norm to stack, while the GPU waits for the host
+(docs/design.md, "Host time"). Both are elementwise per shard,
 except the norm's sum over shards, which needs one all-reduce per mesh dim the gradients are sharded on,
 so running them on ``_local_tensor`` gives the same numbers without the dispatch. The optimizer's state
 stays DTensors (what distributed checkpoints save and reshard); only the step's tensor lists are local.

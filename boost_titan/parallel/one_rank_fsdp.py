@@ -3,8 +3,8 @@
 TP-only and PP-only layouts get their mixed precision from FSDP2 on the 1-rank shard mesh (see
 ``torchtitan_ext.cola_llama.parallelize``). On such a mesh FSDP2 skips the all-gather, and its
 ``FSDPParamGroup.wait_for_unshard`` instead casts and copies each parameter on its own: two kernels
-and its Python per parameter, before the forward can start (7B btp tp 4: 322 parameters, 643 idle
-gaps in the traced step, the largest host cost left, ``docs/results/emulate_7b_gaps_after_bmm.md``).
+and its Python per parameter, before the forward can start (docs/design.md, "Host time", has what
+this cost in a traced step).
 
 :func:`batch_one_rank_unshard` gives such groups a ``wait_for_unshard`` that writes every
 parameter's compute copy with one ``torch._foreach_copy_`` (fp32 → ``param_dtype``) into the same
@@ -17,8 +17,7 @@ After backward, FSDP2's 1-rank "reduction" (``foreach_reduce``) packs every bf16
 fp32 buffer (``fsdp::chunk_cat``), copies that buffer once more as the world-size-1 reduce-scatter
 (through a temporary when a divide factor is set, as torchtitan sets 1.0), then views it out per
 parameter: about three passes over the fp32 gradients, its streams and events, and Python per
-parameter, all at the end of backward where the GPU waits for it (7B tp 4 b 1: a 12.6 ms idle gap,
-``docs/results/7b_tp4_sync_free_step_emulated.md``). :func:`batch_one_rank_fsdp` also gives such
+parameter, all at the end of backward where the GPU waits for it. :func:`batch_one_rank_fsdp` also gives such
 groups a ``post_backward`` that first writes the gradients itself: one ``torch._foreach_copy_``
 (bf16 → fp32) into views of one new fp32 buffer, wrapped as FSDP would (``to_sharded_dtensor``), or
 added to the gradients already there (gradient accumulation), then clears the unsharded gradients

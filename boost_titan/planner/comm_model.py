@@ -151,8 +151,8 @@ class Cluster:
 
 ONE_NODE = Cluster()
 
-# The rate of the weight-gradient GEMMs that run beside a backward collective: 7B tp 4's dW GEMMs ran
-# at 600–620 TFLOP/s on the H200 at b 1 (docs/results/gemm_ops_7b_tp4.md, `model` rows), measured alone.
+# The rate of the weight-gradient GEMMs that run beside a backward collective (docs/design.md,
+# "Host time", says where it was measured).
 OVERLAP_GEMM_FLOPS = 600e12
 
 

@@ -3,73 +3,30 @@
     python -m boost_titan.planner --flavor 7B --gpus 8 [--gpu-mem 139] [--batch 4] [--microbatch 1] [--seq 4096] [--top 12]
     python -m boost_titan.planner --flavor 13B --gpus-per-node 8 --nodes 4 --global-batch 128
 
-Several nodes (``--nodes``): a tp group stays inside a node; each collective runs on what its group
-spans, NVLink inside a node or the InfiniBand NICs of its ranks across nodes (``comm_model.Cluster``:
-ranks tp-innermost, then dp, then pp), and the column ``crosses`` names the dimensions that cross the
-network. ``--global-batch`` fixes the sequences per step (strong scaling): each layout's local batch is
-``global / dp``.
+A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``budget`` | ``lowrank`` |
+``full``) with ``gpus = tp · pp · dp``; ``--batch`` is the local batch, ``--microbatch`` the pipeline
+layouts' microbatch, ``--global-batch`` fixes the sequences per step (strong scaling). A tp group
+stays inside a node; each collective runs on what its group spans (``comm_model.Cluster``), and the
+column ``crosses`` names the dimensions that cross the network.
 
-A layout is strategy × tp × pp × dp × activation checkpointing (``none`` | ``budget`` | ``lowrank`` | ``full``), with
-``gpus = tp · pp · dp``; ``--batch`` is the local batch (sequences per data-parallel rank, BOOST's 4) and
-``--microbatch`` the pipeline layouts' microbatch (sequences; it divides the local batch).
-Every number printed is a prediction from three parts, each stated here so it can be checked:
+Every number is a prediction from stated parts (docs/design.md, "How the planner composes a step",
+gives each term, its assumptions and the measurements behind its constants):
 
-* **Compute** = the rank's model FLOPs (``flops_per_token`` × tokens / (tp · pp)) at a per-rank rate that
-  was *measured* (emulated, compiled, bf16, b 4 × s 4096) for that strategy and tp: the strategy's
-  ``PLANNER`` (:class:`~boost_titan.planner.costs.StrategyCosts`; the shipped ones from
-  ``measured_h200.json``, each value with its source); a tp that was not measured takes the nearest
-  measured one (column ``rate`` says which).
-  Activation checkpointing multiplies the compute time: ``budget`` (torchtitan's ``memory_budget`` mode
-  at 0.9: Inductor recomputes elementwise outputs, no GEMM) by 1.027 for CoLA and 1.011 for full rank
-  (measured at 1B, b 4: 91.1K → 88.7K and 56.1K → 55.5K tokens/s, ``1b_pair_h200.md``), ``lowrank`` by
-  1.21 (measured at 1B: 85K → 70.5K tokens/s, ``e2e_1gpu_ablation.md``), ``full`` by 4/3 (one more
-  forward).
-* **Communication** (``boost_titan.planner.comm_model``, α–β, NVLink SHARP off): the layer's TP collectives
-  counted from the real model on the meta device, exposed except what the weight-gradient GEMMs in
-  flight beside a backward collective hide (``comm_model.tp_seconds``); FSDP's traffic, each unit's
-  message at its own size, hidden phase by phase with FSDP units of one block (forward: every all-gather
-  but the first under the forward's third of the compute; backward: the re-gathers and every
-  reduce-scatter but the last under its two thirds; ``comm_model.fsdp_exposed_seconds``), all of it
-  exposed with one unit per stage (``units``: ``--boost.fsdp_blocks_per_unit`` = the stage's blocks); HSDP's
-  replica all-reduces, on the network beside NVLink's traffic, likewise under the backward but the last;
-  1F1B pipelines take ``m + p − 1`` slots of one microbatch (``m`` = batch / microbatch) on the
-  slowest stage (the last: its blocks and the lm_head), plus one activation send each way per slot.
-  The slot comes from the b 4 rate,
-  so it leaves out the host time of a one-sequence microbatch: at 13B tp 4 × pp 2 each stage's rank,
-  emulated inside the schedule at microbatch 1, took as long for btp as for full rank (0.31 / 0.38 vs
-  0.37 / 0.36 s per step, ``docs/results/emulate_13b_mb1.md``), so btp's pipeline rows at microbatch 1
-  and tp ≥ 4 are optimistic. At microbatch 4 (BOOST's) the stage ranks ran faster than the b 4 rate
-  assumes (``emulate_13b_mb4_before_overlap.md``: btp 0.60 / 0.62 s per 4 microbatches of 4, ≈ 540 TFLOP/s against
-  the 480 of the 7B rows), so those rows are conservative.
-* **Memory** per rank, of the fullest pipeline stage: 16 B per parameter (fp32 weight, gradient, two
-  AdamW moments) sharded over dp by FSDP2, plus 10 B per parameter when dp = 1 under TP or PP (the
-  1-rank mixed-precision wrapper's bf16 weights and its end-of-backward gradient reduction,
-  ``one_rank_wrapper_bytes_per_param``; FSDP with one unit per stage holds as much); activations per
-  token and layer ``(A_sh / tp + A_rep) · d``
-  bytes, with (A_sh, A_rep) the strategy's ``PLANNER.activation_d``, fitted to the peaks measured on one
-  H200 (tp > 1: emulated; below), times the stage's
-  layers and, under 1F1B, the ``min(pp, m)`` microbatches the first stage keeps; ``budget`` keeps 0.71
-  (CoLA) / 0.68 (full rank) of that (1B, b 4: peaks 41.3 → 31.6 and 46.3 → 37.6 GiB measured,
-  ``1b_pair_h200.md``, above this model's 8.1 / 19.0 GiB of model states; under TP and FSDP assumed the
-  same: a compiled btp tp 2 block on the CPU saves 0.70 of its bytes with it, as one at tp 1 does,
-  ``tests/test_activation_checkpoint.py``), ``lowrank`` keeps 0.20 of that (1B, compiled: peak 44.0 → 15.1
-  GiB, i.e. activations 35.9 → 7.0 GiB above 8.1 GiB of
-  model states; ``e2e_1gpu_ablation.md``), ``full`` keeps each layer's input plus one layer's
-  activations. A layout fits if that is at most 92% of ``--gpu-mem`` (allocator headroom).
-* **Columns**: ``tokens_per_s_gpu`` with TP's backward collectives hidden behind the weight-gradient
-  GEMMs beside them and FSDP's traffic hidden phase by phase; ``tokens_per_s_gpu_tp_not_hidden`` the
-  same with none of TP's collectives hidden (FSDP still overlapped as above); ``fsdp_exposed_s`` what
-  of FSDP's traffic compute cannot hide.
-* **Step graph**: every layout without pipeline stages is ranked twice, as it is and with ``[boost]
-  step_cudagraph`` (the whole step replayed as one CUDA graph; column ``step_graph``), unless
-  ``--step-graph`` / ``--no-step-graph`` fixes it.
-* **Host floor**: the host issues the step while the GPU runs it, so the step is the larger of the
-  host's time (``host_seconds``) and the GPU's (compute, exposed TP and FSDP communication): a
-  measured time per block and pass (``host_per_block_s``); under the step graph (``[boost]
-  step_cudagraph``, layouts without pipeline stages) a fixed measured time per step instead, and the
-  graph's memory pool (``step_graph``).
+* **compute**: the rank's model FLOPs at the strategy's measured per-rank rate (``costs.COSTS``; a tp
+  not measured takes the nearest, column ``rate``), times activation checkpointing's factor;
+* **communication** (``comm_model``): TP's collectives counted from the real model, exposed except what
+  the weight-gradient GEMMs beside them hide; FSDP's traffic hidden phase by phase; HSDP's replica
+  all-reduces; 1F1B pipelines paced by their last stage;
+* **memory** per rank of the fullest stage: optimizer states sharded over dp, the 1-rank wrapper's or a
+  pipeline stage's unsharded copies, activations ``(A_sh / tp + A_rep) · d`` bytes per token and layer;
+* **host**: the step is the larger of the host's time (per block and pass, or a fixed time per step
+  under the step graph) and the GPU's; every layout without pipeline stages is ranked with and
+  without ``[boost] step_cudagraph``.
 
-The measured constants live in ``measured_h200.json`` beside this file, each with its source.
+Columns: ``tokens_per_s_gpu`` (TP's backward collectives hidden where GEMMs run beside them, FSDP
+hidden phase by phase), ``tokens_per_s_gpu_tp_not_hidden`` (none of TP's hidden; FSDP as before),
+``fsdp_exposed_s`` (what of FSDP's traffic compute cannot hide). The measured constants live in
+``measured_h200.json`` beside this file, each with its source.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ down by kind (``traces.trace_host``, the table ``e2e --profile`` prints for GPU 
 
 What it is for: trying a host-side change (wrapping, hooks, optimizer, clipping) in minutes on a laptop
 before spending GPU time. Its kinds track a GPU run's (7B tp 4 × FSDP 2 one unit, b 1: FSDP2 18.6 ms
-here, ``docs/results/host_proxy_7b_tp4_dp2_cpu.md``, vs 24–34 ms traced on an H100 host; compiled-region
-wrappers 14.0 vs 17–31; AccumulateGrad 5.6 vs 6–13, ``docs/results/7b_tp4_host_floor_repeats_emulated.md``),
+here, ``c489d66:docs/results/host_proxy_7b_tp4_dp2_cpu.md``, vs 24–34 ms traced on an H100 host; compiled-region
+wrappers 14.0 vs 17–31; AccumulateGrad 5.6 vs 6–13, ``c489d66:docs/results/7b_tp4_host_floor_repeats_emulated.md``),
 except where the CPU does real work:
 "compiled graphs" holds the CPU kernels' compute (on a GPU: launches or graph replays), and foreach
 ops run per tensor. CUDA graphs cannot be tried here.

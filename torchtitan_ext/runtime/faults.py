@@ -115,9 +115,8 @@ class NonFiniteGuard:
       The host reads the flag one step later (copied to pinned memory behind a CUDA event: reading it
       waits for nothing of the current step), and at the end of training
       (:func:`check_nonfinite_at_exit`). A checkpoint written in between holds the last good weights.
-    - **any other optimizer**: the host reads the flag before the step (one sync per step; measured at
-      1B tp 1 on an H200, ``docs/results/e2e_gaps_1b.md``: the GPU idles ≈ 1.9 ms while the host then
-      launches the step) and stops there, or drops the step's gradients.
+    - **any other optimizer**: the host reads the flag before the step (one sync per step: the GPU
+      idles while the host then launches the step) and stops there, or drops the step's gradients.
 
     Off on the fake backend (``torchtitan_ext.runtime.emulate``), whose collectives leave their outputs
     unwritten. Steps are counted on the host from AdamW's own per-parameter counter at the first call,

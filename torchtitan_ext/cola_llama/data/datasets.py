@@ -159,9 +159,8 @@ class PackedText(IterableDataset, Stateful):
     documents in order, each as BOS + tokens + EOS, concatenated and cut into consecutive windows of
     ``seq_len + 1`` tokens; an infinite stream wraps around into the next epoch, a finite one drops
     the last partial window. torchtitan tokenises while training, in the training process, and
-    re-copies its Python token buffer for every window: 1.1–1.5M tokens/s on one CPU core
-    (docs/results/loader_cpu.md), about what a compiled 60M model trains at on an H200. Here a window
-    is one slice, and the state is its index.
+    re-copies its Python token buffer for every window, at about the rate a compiled 60M model trains
+    on one GPU (docs/training.md, datasets). Here a window is one slice, and the state is its index.
     """
 
     def __init__(self, dataset_name: str, dataset_path: str | None, tokenizer: BaseTokenizer, seq_len: int,
