@@ -66,7 +66,7 @@ def test_memory_by_hand():
     assert got["states_bytes"] == 16 * params + (2 + 8) * params
     acts = (41.2 / 4 + 7.0) * 4096 * (4 * 4096) * 32
     assert got["activation_bytes"] == pytest.approx(acts)
-    assert got["total_bytes"] / plan.GiB == pytest.approx(51.36, rel=0.01)  # measured, c489d66:docs/results/emulate_fig5_before_overlap.md
+    assert got["total_bytes"] / plan.GiB == pytest.approx(51.36, rel=0.01)  # measured (c489d66: emulate_fig5_before_overlap)
     piped = plan.memory(args, plan.Layout("btp", 4, 2, 1, "lowrank"), batch=4, seq=4096)
     assert piped["activation_bytes"] == pytest.approx(0.2 * (41.2 / 4 + 7.0) * 4096 * 4096 * 16 * 2)  # 2 in flight
 
@@ -74,7 +74,7 @@ def test_memory_by_hand():
 @pytest.mark.parametrize("flavor, strategy, measured_gib", [("3B", "btp", 50.91), ("3B", "vanilla", 71.75),
                                                              ("3B_fullrank", "fullrank", 71.60)])
 def test_memory_model_predicts_rows_it_was_not_fitted_to(flavor, strategy, measured_gib):
-    """3B tp 2, dp 1, b 4 x 4096, compiled (c489d66:docs/results/emulate_fig5_before_overlap.md): not used for the activation constants."""
+    """3B tp 2, dp 1, b 4 x 4096, compiled (c489d66: emulate_fig5_before_overlap): not used for the activation constants."""
     got = plan.memory(FLAVORS[flavor], plan.Layout(strategy, 2, 1, 1, "none"), batch=4, seq=4096)
     assert got["total_bytes"] / plan.GiB == pytest.approx(measured_gib, rel=0.08)
 
