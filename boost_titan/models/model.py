@@ -18,7 +18,7 @@ from torch import nn
 
 from boost_titan.ops import comm
 from boost_titan.ops.attention import attention
-from boost_titan.ops.gemm import gemm
+from boost_titan.ops.gemm import gemm, gemm_each
 from boost_titan.ops.precision import upcast
 from boost_titan.ops.rmsnorm import rms_norm
 
@@ -93,18 +93,16 @@ class Projection(nn.Module):
         return self.up([F.silu(h) for h in self.down(x, self.a.weight)], b_ws)
 
     # ``sync`` (tensor parallelism, boost_titan.parallel): the collective that makes the input whole
-    # (comm.copy_sync / gather_sync). Where one GEMM reads that input, the GEMM applies it, so its
-    # backward overlaps the weight gradient (ops/gemm.py); elsewhere it runs on its own (comm.synced).
+    # (comm.copy_sync / gather_sync); the GEMMs apply it (ops/gemm.py), so its backward overlaps the
+    # weight gradient where one GEMM reads that input.
     def dense(self, x: torch.Tensor, ws: list[torch.Tensor], sync: comm.Sync | None = None) -> list[torch.Tensor]:
-        if sync is not None and len(ws) > 1:  # q and k|v (GQA) both read x: one collective
-            x, sync = comm.synced(x, sync), None
-        return [y for w in ws for y in x_times(x, w, self.grouped, self.float8, sync)]
+        return gemm_each(x, ws, sync, self.float8, self.grouped)
 
     def down(self, x: torch.Tensor, a_w: torch.Tensor, sync: comm.Sync | None = None) -> list[torch.Tensor]:
         """Pre-activations of the A factors: one ``[..., c·r]`` tensor if grouped, else c ``[..., r]``."""
         if self.grouped:
             return [gemm(x, a_w.flatten(0, 1), sync, self.float8)]
-        return x_times(x, a_w, False, self.float8, sync)
+        return gemm_each(x, [a_w], sync, self.float8, grouped=False)
 
     def up(self, zs: list[torch.Tensor], b_ws: list[torch.Tensor], sync: comm.Sync | None = None) -> list[torch.Tensor]:
         """B factors on the activations from :meth:`down`; each run of B's is one batched GEMM.
@@ -126,16 +124,6 @@ class Projection(nn.Module):
             out += [t.view(*lead, -1) for t in y.unbind(0)]
             i += c
         return out
-
-
-def x_times(x: torch.Tensor, w: torch.Tensor, grouped: bool, float8: str = "none",
-            sync: comm.Sync | None = None) -> list[torch.Tensor]:
-    """``[x W_1ᵀ, …, x W_cᵀ]`` for a stacked ``w [c, d_out, d_in]``: one GEMM if grouped."""
-    if grouped:
-        return list(gemm(x, w.flatten(0, 1), sync, float8).split(w.shape[1], dim=-1))
-    if sync is not None:  # c GEMMs read x: one collective
-        x = comm.synced(x, sync)
-    return [gemm(x, w[j], None, float8) for j in range(w.shape[0])]
 
 
 def _runs_of_equal(sizes: list[int]) -> list[list[int]]:

@@ -52,6 +52,18 @@ def gemm(x: torch.Tensor, w: torch.Tensor, sync: comm.Sync | None = None, float8
     return torch.stack([float8_linear(x[j], w[j], float8) for j in range(w.shape[0])])
 
 
+def gemm_each(x: torch.Tensor, ws: list[torch.Tensor], sync: comm.Sync | None = None, float8: str = "none",
+              grouped: bool = True) -> list[torch.Tensor]:
+    """``[x W_jᵀ for each stacked w [c, d_out, d_in] in ws, for each of its c slices]``: one GEMM per
+    stacked weight if ``grouped``, else one per slice. Where several GEMMs read ``x`` (q and k|v under
+    GQA, or ungrouped slices), its ``sync`` runs once on its own; a single GEMM applies it itself."""
+    if sync is not None and (len(ws) > 1 or not grouped):
+        x, sync = comm.synced(x, sync), None
+    if grouped:
+        return [y for w in ws for y in gemm(x, w.flatten(0, 1), sync, float8).split(w.shape[1], dim=-1)]
+    return [gemm(x, w[j], sync, float8) for w in ws for j in range(w.shape[0])]
+
+
 def _flat(t: torch.Tensor, batched: bool) -> torch.Tensor:
     """Batched operands as they are; a linear map's leading dims flattened into one."""
     return t if batched else t.reshape(-1, t.shape[-1])
