@@ -80,3 +80,23 @@ def test_example_trains_under_btp_tp2(flag, tmp_path):
     assert len(losses) == 10
     # one fixed batch of 512-token vocabulary: starts near ln 512 = 6.24 and is memorised step by step
     assert abs(losses[0] - 6.24) < 0.1 and losses[-1] < losses[0] - 1.0, losses
+
+
+def test_the_family_does_not_import_the_runtime_nor_the_library_torchtitan():
+    """One direction across the seams: ``torchtitan_ext/cola_llama`` (the family) imports nothing from
+    ``torchtitan_ext/runtime`` (which loads the family and hooks into its spec), and ``boost_titan``
+    imports nothing from either package."""
+    import ast
+
+    def imported(path):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node.module
+            elif isinstance(node, ast.Import):
+                yield from (a.name for a in node.names)
+
+    for path in (ROOT / "torchtitan_ext" / "cola_llama").rglob("*.py"):
+        assert not [m for m in imported(path) if m.startswith("torchtitan_ext.runtime")], path
+    for path in (ROOT / "boost_titan").rglob("*.py"):
+        assert not [m for m in imported(path) if m.split(".")[0] in ("torchtitan", "torchtitan_ext")], path

@@ -240,7 +240,7 @@ def test_guard_reads_the_clipping_norm_while_its_gradients_are_unchanged(monkeyp
 
     assert step() == (0, True)  # the clipping's norm served: no pass of the guard's own
     # the flag comes from that norm: a non-finite one noted for finite gradients skips the step
-    assert step(after_clip=lambda: faults.note_clip_norm(hand_offs, params, torch.tensor(float("nan")))) == (0, False)
+    assert step(after_clip=lambda: hand_offs.note_clip(params, torch.tensor(float("nan")))) == (0, False)
     # a gradient changed in place after the clipping: the guard computes its own flag, sees the nan
     assert step(after_clip=lambda: model.weight.grad.view(-1)[0].fill_(float("nan"))) == (1, False)
     # a replaced gradient, or no clipping at all: its own pass too

@@ -14,10 +14,11 @@ if not torch.cuda.is_available():
 
 from torchtitan_ext.cola_llama.peers import register as register_peer  # noqa: E402
 from torchtitan_ext.cola_llama.spec import register  # noqa: E402
+from torchtitan_ext.runtime import around_family  # noqa: E402
 from torchtitan_ext.runtime.faults import die_with_launcher  # noqa: E402
 from torchtitan_ext.runtime.logs import quiet  # noqa: E402
 
 die_with_launcher()
 quiet()
-register()
+register(around_family)
 register_peer()

@@ -13,7 +13,7 @@ field                         written by                                  read b
 ``tied_embeddings``           ``pipeline_cola`` (a tied embedding /       the optimizer builder (refresh the
                               lm_head across pipeline stages)             mirror after every step)
 ``clipped``                   the loop's gradient clipping                the non-finite guard (its flag
-                              (``faults.note_clip_norm``)                 from that norm, no extra pass)
+                              (``HandOffs.note_clip``)                    from that norm, no extra pass)
 ``guards``                    the optimizer builder                       ``check_nonfinite_at_exit``
 ============================  ==========================================  ================================
 
@@ -38,6 +38,15 @@ class HandOffs:
         """Called with the job's config by the first TrainSpec function of a run (idempotent within it)."""
         if self.job is not job_config:
             self.job, self.tied_embeddings, self.clipped, self.guards = job_config, None, None, []
+
+    def note_clip(self, parameters, total_norm) -> None:
+        """The total gradient norm the loop's clipping just returned (all-reduced over every rank's
+        shards and stages), with the gradients it was computed from and their in-place version
+        counters, so the non-finite guard can read its flag from that norm instead of another pass."""
+        from boost_titan.parallel.local_shards import local_tensor
+
+        grads = [p.grad for p in parameters if p.grad is not None]
+        self.clipped = (total_norm.detach(), [(g, local_tensor(g)._version) for g in grads])
 
     @property
     def boost(self):

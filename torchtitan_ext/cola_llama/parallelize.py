@@ -25,7 +25,7 @@ from boost_titan.parallel.fsdp_copy_in import foreach_copy_in
 from boost_titan.parallel.one_rank_fsdp import batch_one_rank_fsdp
 from torchtitan_ext import patches
 from torchtitan_ext.cola_llama.job_config import fail_on, layout_problems
-from torchtitan_ext.runtime.logs import TORCHTITAN_AMP_OFF, drop
+from torchtitan_ext.log_filter import TORCHTITAN_AMP_OFF, drop
 
 
 def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:

@@ -29,8 +29,6 @@ from torchtitan_ext.cola_llama.hand_offs import HandOffs
 from torchtitan_ext.cola_llama.job_config import size_vocabulary
 from torchtitan_ext.cola_llama.parallelize import parallelize_cola
 from torchtitan_ext.cola_llama.state_dict_adapter import ColaStateDictAdapter
-from torchtitan_ext.runtime.faults import NonFiniteGuard, note_clip_norm
-from torchtitan_ext.runtime.logs import build_metrics_processor
 
 NAME = "cola_llama"
 
@@ -90,16 +88,13 @@ def pipeline_cola(model, parallel_dims, job_config, device, model_args, parallel
 
 def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manager=None, *, hand_offs: HandOffs):
     """torchtitan's optimizers, stepping on the local shards of DTensor parameters (and the loop's
-    gradient clipping with them: :mod:`boost_titan.parallel.local_shards`), behind a guard against
-    non-finite gradients (:class:`NonFiniteGuard`, ``[boost] skip_nonfinite_steps`` from ``hand_offs``:
-    torchtitan hands this builder only the ``[optimizer]`` section); with a tied matrix split across
-    pipeline stages, its mirror is refreshed after every step (see :func:`pipeline_cola`)."""
+    gradient clipping with them: :mod:`boost_titan.parallel.local_shards`); with a tied matrix split
+    across pipeline stages, its mirror is refreshed after every step (see :func:`pipeline_cola`). The
+    runtime adds its non-finite guard around this builder (``torchtitan_ext.runtime.around_family``)."""
     optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
     if all(local_shards.step_on_local_shards(opt) for opt in getattr(optimizers, "optimizers", [])):
         logger.info("Optimizer step and gradient clipping on the local shards of the parameters")
     clip_on_local_shards(hand_offs)
-    optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=hand_offs.boost.skip_nonfinite_steps,
-                                                     hand_offs=hand_offs))
     tied = hand_offs.tied_embeddings
     if tied is not None:
         optimizers.register_step_post_hook(lambda *args, **kwargs: tied.copy_weight())
@@ -109,7 +104,7 @@ def build_optimizers_cola(model_parts, optimizer_config, parallel_dims, ft_manag
 def clip_on_local_shards(hand_offs: HandOffs) -> None:
     """The loop clips through ``torchtitan.distributed.utils.clip_grad_norm_`` (looked up at each call):
     point it at the local-shard version, which hands whatever it does not cover back to the original,
-    and hand the norm it returns to the non-finite guard (:func:`faults.note_clip_norm`)."""
+    and hand the norm it returns on (:meth:`HandOffs.note_clip`, which the non-finite guard reads)."""
     original = dist_utils.clip_grad_norm_
     if getattr(original, "on_local_shards", False):
         original = original.original  # a later run's hand-offs replace the earlier one's
@@ -117,7 +112,7 @@ def clip_on_local_shards(hand_offs: HandOffs) -> None:
     def clip_grad_norm_(parameters, *args, **kwargs):
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         total_norm = local_shards.clip_grad_norm_(parameters, *args, fallback=original, **kwargs)
-        note_clip_norm(hand_offs, parameters, total_norm)
+        hand_offs.note_clip(parameters, total_norm)
         return total_norm
 
     clip_grad_norm_.on_local_shards, clip_grad_norm_.original = True, original
@@ -205,17 +200,17 @@ def train_spec() -> ColaTrainSpec:
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=build_loss,
         build_validator_fn=_data_errors_as_one_line(build_validator),
-        build_metrics_processor_fn=build_metrics_processor,
         state_dict_adapter=ColaStateDictAdapter,
     )
 
 
-def register() -> None:
-    """Idempotent: torchtitan raises if a name is registered twice."""
+def register(around=lambda spec: spec) -> None:
+    """Register ``around(train_spec())``: ``around`` adds what the runtime hooks into the spec
+    (``torchtitan_ext.runtime.around_family``). Idempotent: torchtitan raises if a name is registered twice."""
     try:
         get_train_spec(NAME)
     except ValueError:
-        register_train_spec(NAME, train_spec())
+        register_train_spec(NAME, around(train_spec()))
 
 
 def registered_hand_offs() -> HandOffs:

@@ -103,7 +103,7 @@ class NonFiniteGuard:
     ``skip``, logs it and goes on.
 
     The flag comes from the gradient norm that the loop's clipping has just computed and all-reduced
-    (:func:`note_clip_norm`; non-finite if any gradient on any rank is): no further pass over the
+    (:meth:`HandOffs.note_clip`; non-finite if any gradient on any rank is): no further pass over the
     gradients. Where that norm is missing or its gradients have changed since (another backward, a
     replaced ``.grad``, an optimizer used without torchtitan's loop), the guard computes its own: one
     norm pass over the rank's gradient shards and an all-reduce of one flag. How the step is kept from
@@ -234,16 +234,6 @@ class NonFiniteGuard:
         raise SystemExit(3)
 
 
-def note_clip_norm(hand_offs: HandOffs, parameters, total_norm) -> None:
-    """Hand the guard the total gradient norm the loop's clipping just returned (all-reduced over every
-    rank's shards and stages), with the gradients it was computed from and their in-place version
-    counters, so the guard's next check can read its flag from that norm instead of another pass."""
-    from boost_titan.parallel.local_shards import local_tensor
-
-    grads = [p.grad for p in parameters if p.grad is not None]
-    hand_offs.clipped = (total_norm.detach(), [(g, local_tensor(g)._version) for g in grads])
-
-
 def _flag_from_clip(clipped, params):
     """1.0 / 0.0 from the noted norm if it covers exactly these parameters' gradients, unchanged since;
     else None."""
@@ -269,3 +259,17 @@ def check_nonfinite_at_exit(hand_offs: HandOffs) -> None:
     to read it)."""
     for guard in hand_offs.guards:
         guard.check()
+
+
+def with_nonfinite_guard(build_optimizers, hand_offs: HandOffs):
+    """The family's optimizer builder with a :class:`NonFiniteGuard` as a step pre-hook of what it
+    builds (``[boost] skip_nonfinite_steps`` read from ``hand_offs``: torchtitan hands the builder only
+    the ``[optimizer]`` section)."""
+
+    def build(model_parts, optimizer_config, parallel_dims, ft_manager=None):
+        optimizers = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+        optimizers.register_step_pre_hook(NonFiniteGuard(model_parts, skip=hand_offs.boost.skip_nonfinite_steps,
+                                                         hand_offs=hand_offs))
+        return optimizers
+
+    return build

@@ -22,24 +22,10 @@ import warnings
 import torch
 from torchtitan.components.metrics import MetricsProcessor
 
+from torchtitan_ext.log_filter import DropMessages, drop
+
 _CPU_NOISE = ("Error running lspci", "Peak flops undefined for: CPU", "Peak FLOPS used for computing MFU")
-# torchtitan's verdict on TP/PP without FSDP, wrong once parallelize_cola gave the layout mixed precision
-TORCHTITAN_AMP_OFF = ("Mixed precision training with TP or PP is only supported", "Mixed precision training is disabled")
 _ROOT = logging.getLogger()  # torchtitan logs through the root logger
-
-
-class _DropMessages(logging.Filter):
-    def __init__(self, prefixes):
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record):
-        return not record.getMessage().startswith(self.prefixes)
-
-
-def drop(prefixes: tuple[str, ...]) -> None:
-    """Drop root-logger messages starting with any of ``prefixes`` from now on (this process)."""
-    _ROOT.addFilter(_DropMessages(prefixes))
 
 
 def quiet() -> None:
@@ -49,7 +35,7 @@ def quiet() -> None:
         warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support on cpu")
         warnings.filterwarnings("ignore", message=r"DTensor manual_seed\(\) may not have complete support on cpu")
         warnings.filterwarnings("ignore", message="Set timeout is now only supported for either nccl or gloo")
-        if not any(isinstance(f, _DropMessages) and f.prefixes == _CPU_NOISE for f in _ROOT.filters):
+        if not any(isinstance(f, DropMessages) and f.prefixes == _CPU_NOISE for f in _ROOT.filters):
             drop(_CPU_NOISE)
 
 
