@@ -4,9 +4,8 @@ Before each reduce-scatter FSDP2 packs the unsharded gradients into the reduce-s
 rank ``r``'s row holds the ``r``-th dim-0 chunk of every gradient, back to back, cast to the reduce
 dtype (``foreach_reduce_scatter_copy_in``: one ``fsdp::chunk_cat``). Its CUDA kernel is one launch,
 but its host side builds metadata with one entry per 2 KiB block of the output and copies it to the
-device through pinned memory: host time that grows with the gradients' bytes, not their count
-(7B tp 4 at dp 1, the 1-rank wrapper: 14.4 ms of host time per step in an emulated trace on an
-H100, the GPU idle meanwhile at local batch 1; ``docs/results/7b_tp4_sync_free_step_emulated.md``).
+device through pinned memory: host time that grows with the gradients' bytes, not their count,
+while the GPU may wait (docs/design.md, "Host time").
 
 :func:`foreach_copy_in` writes the same bytes with one ``torch._foreach_copy_``: targets are views
 of the rows (one ``split`` per row), sources the dim-0 chunks of each gradient (a view and an index

@@ -86,10 +86,8 @@ def parallelize_cola(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         # Nothing is sharded, so resharding after forward would only cast every weight again for
         # backward: the bf16 copies are kept until backward is done. [boost] one_rank_fsdp_groups
         # (default 1, the whole model): FSDP's hooks around every block kept the host behind the GPU
-        # at tp 4 (with the optimizer on local shards, 7B btp b 4 went 0.222 -> 0.196 s per step,
-        # docs/results/emulate_7b_host_*.md; 4 groups: 0.211 vs 0.194 s, emulate_7b_fsdp_groups*.md).
-        # The price of one group: the weight casts and the gradient reduction do not overlap compute,
-        # and all bf16 gradients are held until backward ends (7B b 4: +4.4 GiB against 4 groups).
+        # at tp 4 (docs/design.md, "Host time"). The price of one group: the weight casts and the
+        # gradient reduction do not overlap compute, and all bf16 gradients are held until backward ends.
         apply_fsdp(model, _dense_mesh(parallel_dims, names), **{**fsdp, "reshard_after_forward_policy": "never"},
                    groups=boost.one_rank_fsdp_groups)
         # FSDP2 casts each weight with its own two kernels on a 1-rank mesh, and packs, copies and views

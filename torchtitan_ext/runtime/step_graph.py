@@ -1,10 +1,10 @@
 """``[boost] step_cudagraph``: the whole train step captured once as one CUDA graph and replayed.
 
 Why: at small micro-batches a low-rank model's step on an H200 is set by the host. Per-block CUDA
-graphs (``[boost] cudagraphs``) remove the kernel launches inside the blocks, but a 7B tp 4 rank still
-walks ~100 ms of Python per step at local batch 1 on a slow host (FSDP2's per-parameter hooks, the
-compiled regions' wrappers, AccumulateGrad and the optimizer for 322 parameters,
-``docs/results/7b_tp4_sync_free_step_emulated.md``) against ~70 ms of GPU work. Captured whole, a step
+graphs (``[boost] cudagraphs``) remove the kernel launches inside the blocks, but the host still walks
+FSDP2's per-parameter hooks, the compiled regions' wrappers, AccumulateGrad and the optimizer for
+every parameter, which at local batch 1 can take longer than the GPU's work (docs/design.md, "Host
+time"; docs/results/README.md has the measured steps). Captured whole, a step
 costs the host one ``replay()`` and two input copies; everything inside — FSDP2's casts, all-gathers and
 reduce-scatters, the compiled blocks, the loss, gradient clipping, the fused AdamW step — runs as
 recorded.

@@ -5,8 +5,8 @@ Why: after a successful run, rank 0 sleeps 2 s in torchtitan's ``Trainer.train``
 close, destroy their process group and exit. At interpreter finalization gloo's worker threads can
 still be torn down and abort the process ("terminate called without an active exception", SIGABRT;
 the mechanism: pytorch/pytorch#179291), and torchrun then reports the whole run as failed although
-every step and checkpoint completed. Seen on CPU/gloo, mostly with torch 2.11 (2 of 4 runs of the
-distributed tests on 2026-12-03). ``scripts/run_train.sh`` runs this module; a failing run still
+every step and checkpoint completed (seen on CPU/gloo, mostly with torch 2.11).
+``scripts/run_train.sh`` runs this module; a failing run still
 raises (and exits non-zero) as before.
 
 Its :class:`Trainer` is torchtitan's, plus two things:
