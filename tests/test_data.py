@@ -368,3 +368,12 @@ def test_the_built_corpus_has_no_document_in_both_splits():
     stats = json.loads((CORPUS_DIR / "stats.json").read_text())
     assert stats["validation"]["tokens"] > 1_000_000 and stats["validation"]["tokenizer"] == "llama2"
     assert_documents_disjoint(read_split(CORPUS_DIR / "train.jsonl.gz"), read_split(CORPUS_DIR / "validation.jsonl.gz"))
+
+
+def test_the_corpus_lives_in_the_checkouts_data_folder():
+    """``scripts/build_corpus.py`` writes ``<checkout>/data/corpus``; the ``corpus`` dataset reads it from there
+    wherever the data package sits in the tree."""
+    from conftest import ROOT
+    from scripts.build_corpus import CORPUS
+
+    assert CORPUS_DIR == CORPUS == ROOT / "data" / "corpus"
