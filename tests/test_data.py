@@ -373,7 +373,8 @@ def test_the_built_corpus_has_no_document_in_both_splits():
 def test_the_corpus_lives_in_the_checkouts_data_folder():
     """``scripts/build_corpus.py`` writes ``<checkout>/data/corpus``; the ``corpus`` dataset reads it from there
     wherever the data package sits in the tree."""
-    from conftest import ROOT
     from scripts.build_corpus import CORPUS
+
+    from conftest import ROOT
 
     assert CORPUS_DIR == CORPUS == ROOT / "data" / "corpus"
