@@ -11,7 +11,7 @@ while the GPU may wait (docs/design.md, "Host time").
 of the rows (one ``split`` per row), sources the dim-0 chunks of each gradient (a view and an index
 per gradient and rank), so its host time is per gradient and does not grow with their size. It
 handles what needs no padding (every gradient contiguous, its dim 0 divisible by the world size, as
-the 7B tp 4 rank's are); anything else goes to FSDP's own copy-in. ``torchtitan_ext.cola_llama.parallelize``
+the shipped flavors' are); anything else goes to FSDP's own copy-in. ``torchtitan_ext.cola_llama.parallelize``
 installs it in place of FSDP2's function (``torchtitan_ext/patches.py`` ``fsdp_foreach_copy_in``).
 """
 

@@ -2,14 +2,14 @@
 
 :data:`COSTS` holds each registered strategy's planner parameters by name, a :class:`StrategyCosts`:
 its per-rank compute rate by tp and its activation memory per token and layer. The shipped
-strategies read theirs from ``measured_h200.json`` (beside this file: each value with the result
-file it was measured in); a new strategy adds its own entry, measured or stated.
+strategies read theirs from ``measured_h200.json`` beside this file (docs/design.md, "The planner's
+measured constants", says where each value comes from); a new strategy adds its own entry.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -30,13 +30,12 @@ class StrategyCosts:
     ``activation_d``: ``(A_sh, A_rep)``, activation bytes per token and layer in units of d, as
     ``A_sh / tp + A_rep`` (what the strategy shards over tp, and what it keeps whole).
     ``same_layout_at_tp1``: the strategy this one equals without tensor parallelism (its tp 1
-    layouts are not listed twice). ``source``: where the numbers come from.
+    layouts are not listed twice).
     """
 
     tflops_by_tp: dict[int, float]
     activation_d: tuple[float, float]
     same_layout_at_tp1: str | None = None
-    source: str = field(default="", compare=False)
 
     def __post_init__(self):
         if not self.tflops_by_tp or any(t < 1 or rate <= 0 for t, rate in self.tflops_by_tp.items()):
@@ -52,7 +51,7 @@ class StrategyCosts:
         """The entry ``name`` of ``measured_h200.json``."""
         entry = measured_constants()["strategies"][name]
         return cls({int(t): rate for t, rate in entry["tflops_by_tp"].items()}, tuple(entry["activation_d"]),
-                   same_layout_at_tp1, entry["source"])
+                   same_layout_at_tp1)
 
 
 COSTS: dict[str, StrategyCosts] = {

@@ -26,7 +26,7 @@ gives each term, its assumptions and the measurements behind its constants):
 Columns: ``tokens_per_s_gpu`` (TP's backward collectives hidden where GEMMs run beside them, FSDP
 hidden phase by phase), ``tokens_per_s_gpu_tp_not_hidden`` (none of TP's hidden; FSDP as before),
 ``fsdp_exposed_s`` (what of FSDP's traffic compute cannot hide). The measured constants live in
-``measured_h200.json`` beside this file, each with its source.
+``measured_h200.json`` beside this file (docs/design.md lists where each comes from).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class Boost:
     one_rank_fsdp_groups: int = 1
     """TP-only / PP-only layouts get mixed precision from FSDP2 on a 1-rank mesh (it shards nothing):
     the number of FSDP groups of consecutive blocks there. 1: the whole model in one group (FSDP's
-    host hooks run once per step; measured fastest at 7B tp 4, local batch 4); more: the weight casts
+    host hooks run once per step: fastest where the host is the limit); more: the weight casts
     and gradient reductions of all groups but the first and last overlap compute, at the cost of the
     hooks (and less memory: each group's bf16 gradients are reduced as backward passes it)."""
 

@@ -4,7 +4,7 @@ Why: at small micro-batches a low-rank model's step on an H200 is set by the hos
 graphs (``[boost] cudagraphs``) remove the kernel launches inside the blocks, but the host still walks
 FSDP2's per-parameter hooks, the compiled regions' wrappers, AccumulateGrad and the optimizer for
 every parameter, which at local batch 1 can take longer than the GPU's work (docs/design.md, "Host
-time"; docs/results/README.md has the measured steps). Captured whole, a step
+time"). Captured whole, a step
 costs the host one ``replay()`` and two input copies; everything inside — FSDP2's casts, all-gathers and
 reduce-scatters, the compiled blocks, the loss, gradient clipping, the fused AdamW step — runs as
 recorded.
