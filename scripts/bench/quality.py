@@ -299,13 +299,12 @@ def seed_runs(best: dict[str, Run | None], alone: bool) -> list[Run]:
     return out
 
 
-def run_all(runs: list[Run], a: argparse.Namespace, parallel: int) -> None:
+def run_alone(runs: list[Run], a: argparse.Namespace) -> None:
+    """One run at a time: nothing else on the GPU while each is timed."""
     todo = [r for r in runs if load(r, a) is None]
-    print(f"{len(runs) - len(todo)} of {len(runs)} runs already done; {len(todo)} to run, {parallel} at a time",
-          flush=True)
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        for run, result in zip(todo, pool.map(lambda r: train(r, a), todo)):
-            _report_done(run, result)
+    print(f"{len(runs) - len(todo)} of {len(runs)} runs already done; {len(todo)} to run, one at a time", flush=True)
+    for run in todo:
+        _report_done(run, train(run, a))
 
 
 def _report_done(run: Run, result: dict | None) -> None:
@@ -517,7 +516,7 @@ def main() -> None:
             print(f"{name}: the sweep chose lr {run.lr}, the edge of its grid {ARMS[name].lrs}: extend the grid "
                   "before its seeds run", flush=True)
     if "speed" in stages:  # last, alone on the GPU
-        run_all(seed_runs(best, alone=True), a, 1)
+        run_alone(seed_runs(best, alone=True), a)
     meta = env_info()
     meta["runs_device"] = ", ".join(sorted(run_devices(a))) or "no run yet"
     meta["command"] = f"python -m scripts.bench.quality --d-steps {a.d_steps} --parallel {a.parallel} --out {a.out}" + \
