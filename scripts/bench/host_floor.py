@@ -36,7 +36,7 @@ from pathlib import Path
 from boost_titan.models import FLAVORS
 from scripts.bench.e2e import ROOT, run_train
 from scripts.bench.results import env_info, print_table, write_results
-from scripts.bench.traces import trace_buckets
+from scripts.bench.traces import trace_buckets, trace_host
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 KINDS = {  # kind: (dp, pp, microbatches, extra overrides); measured in this order
@@ -88,6 +88,7 @@ def measure(spec: dict, a, log_dir: Path) -> dict:
     if trace.is_file():
         row["gpu_busy_s"] = sum(trace_buckets(trace).values()) / 1e3
         row["host_bound_pct"] = max(0.0, 100 * (1 - row["gpu_busy_s"] / row["step_s"]))
+        row["host_kinds"] = trace_host(trace)  # where the traced step's host time went
     if spec["kind"] == "step_graph":
         row["host_s"] = row["step_s"] - row.get("gpu_busy_s", float("nan"))
     else:
@@ -140,8 +141,10 @@ def main() -> None:
         rows.append(row)
         print_table([row], COLUMNS[1:11])
     slopes = pipeline_slopes(rows)
+    kinds = [{"run": run_name(r), **k} for r in rows for k in r.get("host_kinds", [])]
     write_results(a.out, rows, env_info(), "The host's time per block by layout kind and tp (EMULATED)",
-                  columns=COLUMNS, sections=[("Pipeline: host time per block and pass (slope m = 2 → 4)", slopes, None)],
+                  columns=COLUMNS, sections=[("Pipeline: host time per block and pass (slope m = 2 → 4)", slopes, None),
+                                             ("Host time of each traced step by kind (traces.trace_host)", kinds, None)],
                   notes=f"EMULATED: rank 0 of each layout on one GPU through torchtitan's fake backend, {a.flavor}, "
                         f"compiled, bf16, seq {a.seq_len}, local batch = passes (pipeline: microbatches of one "
                         f"sequence), synthetic tokens; median of steps {a.skip + 1}-{a.steps - 2}, the project's "
