@@ -18,7 +18,9 @@ def no_host_floor(monkeypatch):
     """The hand computations below check compute and communication: the host floor set to zero."""
     from boost_titan.planner.costs import measured_constants
 
-    monkeypatch.setitem(measured_constants(), "host_per_block_s", {"fsdp": 0.0, "fsdp_one_unit": 0.0, "one_rank": 0.0})
+    zero = {"1": 0.0}  # every tp takes the nearest measured one
+    monkeypatch.setitem(measured_constants(), "host_per_block_s",
+                        dict.fromkeys(("fsdp", "fsdp_one_unit", "one_rank", "pipeline_pass", "pipeline_step"), zero))
 
 
 def set_rates(monkeypatch, rates: dict[str, dict[int, float]]) -> None:
@@ -189,6 +191,43 @@ def test_cluster_links_by_hand():
     assert half.link(2, 8).bus_bw == 0.5 * 47e9
 
 
+def test_ring_latency_grows_with_the_nodes_it_spans():
+    """α across nodes is the two-node ring's (20 µs); NCCL's ring adds 14 µs per further inter-node step:
+    an all-reduce takes 2(N−1) steps, an all-gather or a reduce-scatter N−1, a send none."""
+    small = 8.0  # bytes: α is the whole cost
+    for nodes in (2, 3, 16, 128):
+        link = comm_model.Cluster(nodes=nodes, gpus_per_node=8).link(nodes, 8)  # one rank per node
+        assert link.nodes == nodes
+        extra = max(0, nodes - 2) * 14e-6
+        for kind, steps_per_node in [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)]:
+            bandwidth = (2 if kind == "all_reduce" else 1) * (nodes - 1) / nodes * small / link.bus_bw_at(small)
+            assert comm_model.collective_seconds(kind, small, nodes, link) == pytest.approx(
+                20e-6 + steps_per_node * extra + bandwidth)
+    assert comm_model.H200_NODE.alpha_at("all_reduce") == 15e-6  # inside a node: as measured, any length
+    far = comm_model.Cluster(nodes=16).link(16, 8)
+    assert far.alpha_at("p2p") == 20e-6
+
+
+def test_a100_machine_by_hand():
+    """``gpu="a100"`` (BOOST's nodes): 4 GPUs and 79 GiB per node by default, NVLink 3's 230 GB/s, a
+    200 Gb/s NIC per GPU, and the H200's per-rank rates times 312 / 989 (compute and the dW GEMMs that
+    hide collectives alike)."""
+    a100, h200 = comm_model.cluster_of("a100", nodes=2), comm_model.cluster_of("h200", nodes=2)
+    assert (a100.gpus_per_node, a100.node.bus_bw, a100.network.nic_bw) == (4, 230e9, 23.5e9)
+    assert a100.link(2, 4).bus_bw == 23.5e9  # dp 2 at stride 4: one NIC per node
+    args, layout = FLAVORS["7B"], plan.Layout("btp", 4, 1, 2, "none")
+    ta = plan.step_time(args, layout, 4, 4096, cluster=a100)
+    th = plan.step_time(args, layout, 4, 4096, cluster=h200)
+    assert ta["compute_s"] == pytest.approx(th["compute_s"] * 989 / 312)
+    rows = plan.plan("7B", 4, gpu="a100", nodes=1, batch=4)
+    assert {r["dp"] * r["tp"] * r["pp"] for r in rows} == {4}
+    fitting = [r for r in rows if r["fits"]]
+    headroom = comm_model.GPUS["a100"]["mem_gib"] * plan.measured_constants()["memory_headroom"]["value"]
+    assert comm_model.GPUS["a100"]["mem_gib"] == 79.0 and fitting and all(r["mem_gib"] <= headroom for r in fitting)
+    with pytest.raises(ValueError, match="gpu='b200' is unknown; choose one of h200, a100"):
+        comm_model.cluster_of("b200")
+
+
 def test_multinode_step_time_by_hand(monkeypatch, no_host_floor):
     """FSDP across two nodes pays the network (exposed beyond compute); a pipeline whose stages sit on
     two nodes sends its activations over one NIC."""
@@ -278,19 +317,14 @@ def test_a_new_strategy_is_planned_from_its_own_parameters(monkeypatch):
 
 
 def test_no_layout_is_predicted_faster_than_its_host(monkeypatch):
-    """The host floor (measured per block: FSDP across ranks, or the 1-rank wrapper) bounds every step:
-    a host-bound layout takes host time + its exposed collectives, a GPU-bound one is unchanged; the
-    no-overlap bound is never faster than ideal overlap."""
-    from boost_titan.planner.costs import measured_constants
-
+    """The host floor bounds every step: a host-bound layout takes its host time, a GPU-bound one is
+    unchanged; the no-overlap bound is never faster than ideal overlap."""
     args = FLAVORS["7B"]
-    per_block = measured_constants()["host_per_block_s"]
-    for layout, batch, per in [(plan.Layout("btp", 4, 1, 2, "none"), 1, per_block["fsdp"]),
-                               (plan.Layout("btp", 4, 1, 1, "none"), 1, per_block["one_rank"]),
-                               (plan.Layout("btp", 4, 2, 1, "none"), 4, per_block["one_rank"])]:
+    for layout, batch in [(plan.Layout("btp", 4, 1, 2, "none"), 1), (plan.Layout("btp", 4, 1, 1, "none"), 1),
+                          (plan.Layout("btp", 4, 2, 1, "none"), 4)]:
         t = plan.step_time(args, layout, batch, 4096)
         passes = batch if layout.pp > 1 else 1  # microbatch 1: one pass per sequence
-        assert t["host_s"] == pytest.approx(per * (args.n_layers // layout.pp) * passes)
+        assert t["host_s"] == pytest.approx(plan.host_seconds(args, layout, passes))
         assert t["step_s"] >= t["host_s"] and t["step_no_overlap_s"] >= t["step_s"]
         if layout.pp == 1:  # host and GPU work side by side: the larger of the two, not their sum
             gpu_s = t["compute_s"] + t["tp_comm_s"] + t["fsdp_exposed_s"]
@@ -332,15 +366,45 @@ def test_one_fsdp_unit_per_stage(no_host_floor):
     assert (4, 2, "stage") in units and (8, 1, "block") in units and (8, 1, "stage") not in units
 
 
-def test_host_floor_per_fsdp_unit_kind():
+def test_host_floor_per_layout_kind_and_tp_by_hand():
+    """The host's time per step from the measured constants: per block and pass by kind at the layout's
+    tp (tp 8 takes tp 4's, the nearest measured); a pipeline stage pays a fixed part per block and a
+    part per block and microbatch."""
     from boost_titan.planner.costs import measured_constants
 
-    per_block = measured_constants()["host_per_block_s"]
-    for units, key in [("block", "fsdp"), ("stage", "fsdp_one_unit")]:
-        layout = plan.Layout("btp", 4, 1, 2, "none", units=units)
-        assert plan.host_seconds(FLAVORS["7B"], layout) == pytest.approx(32 * per_block[key])
-    assert plan.host_seconds(FLAVORS["7B"], plan.Layout("btp", 4, 1, 1, "none", units="stage")) == \
-        pytest.approx(32 * per_block["one_rank"])  # no FSDP across ranks: the 1-rank wrapper's floor
+    per_block = {kind: {int(t): v for t, v in by_tp.items()}
+                 for kind, by_tp in measured_constants()["host_per_block_s"].items()}
+    args = FLAVORS["7B"]  # 32 blocks
+    for tp in (1, 2, 4, 8):
+        measured = min(per_block["fsdp"], key=lambda t: abs(t - tp))
+        for layout, kind in [(plan.Layout("btp", tp, 1, 2, "none"), "fsdp"),
+                             (plan.Layout("btp", tp, 1, 2, "none", units="stage"), "fsdp_one_unit"),
+                             (plan.Layout("btp", tp, 1, 1, "none"), "one_rank"),
+                             (plan.Layout("btp", tp, 1, 1, "none", units="stage"), "one_rank")]:  # no FSDP across ranks
+            assert plan.host_seconds(args, layout) == pytest.approx(32 * per_block[kind][measured])
+            assert plan.host_seconds(args, layout, 3) == pytest.approx(3 * 32 * per_block[kind][measured])
+        pipeline = plan.Layout("btp", tp, 2, 1, "none")
+        assert plan.host_seconds(args, pipeline, 8) == pytest.approx(
+            16 * (per_block["pipeline_step"][measured] + 8 * per_block["pipeline_pass"][measured]))
+
+
+def test_host_constants_are_the_measured_rows():
+    """``host_per_block_s`` is what ``docs/results/host_floor_emulated.json`` measured: each kind's step
+    over its blocks, and the pipeline's parts from its runs at 2 and 4 microbatches."""
+    import json
+    from pathlib import Path
+
+    from boost_titan.planner.costs import measured_constants
+
+    rows = json.loads((Path(__file__).parents[1] / "docs/results/host_floor_emulated.json").read_text())["rows"]
+    step = {(r["kind"], r["tp"], r["passes"]): r["step_s"] for r in rows if r["ok"]}
+    constants = measured_constants()["host_per_block_s"]
+    for tp in (1, 2, 4):
+        for kind in ("fsdp", "fsdp_one_unit", "one_rank"):
+            assert constants[kind][str(tp)] == pytest.approx(step[kind, tp, 1] / 32, rel=2e-3)
+        m2, m4 = step["pipeline", tp, 2], step["pipeline", tp, 4]  # 16 blocks per stage
+        assert constants["pipeline_pass"][str(tp)] == pytest.approx((m4 - m2) / (2 * 16), rel=2e-3)
+        assert constants["pipeline_step"][str(tp)] == pytest.approx((2 * m2 - m4) / 16, rel=2e-3)
 
 
 def test_step_graph_replaces_the_per_block_host_floor():
@@ -443,3 +507,17 @@ def test_the_step_graph_is_ranked_where_it_applies():
         else:
             assert not graph
     assert any(r["step_graph"] for r in rows) and len(rows) > len(plan.plan("7B", 8, batch=1, step_graph=False))
+
+
+def test_planner_command_line_takes_the_machine(capsys):
+    """``python -m boost_titan.planner --gpu a100``: the A100 node's GPUs and memory unless given."""
+    from boost_titan.planner.__main__ import main
+
+    main(["--gpu", "a100", "--flavor", "1B", "--top", "2"])
+    out = capsys.readouterr().out
+    assert "1B on 4 GPUs (A100, 79 GiB), local batch 4 x 4096" in out and "NGPU=4 ./scripts/run_train.sh" in out
+    main(["--flavor", "1B", "--gpus", "2", "--gpu-mem", "40", "--top", "1"])
+    assert "1B on 2 GPUs (H200, 40 GiB)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--gpu", "b200"])
+    assert "invalid choice: 'b200'" in capsys.readouterr().err

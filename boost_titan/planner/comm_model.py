@@ -45,14 +45,22 @@ and leaves every node once per channel, and with one 400 Gb/s NIC per GPU (rail-
 H200 nodes) its channels spread over the NICs of the group's ranks on each node: the ring's bus
 bandwidth is ``min(NVLink bus_bw, NICs used per node × NIC bandwidth)`` (NCCL's ring keeps every
 NIC busy at once; e.g. tp 8 inside the node leaves each dp group one GPU, so one NIC, per node), at
-each message size no more than NVLink's curve gives it (the ring crosses NVLink inside every node),
-and its latency the network's (not growing with the ring's length: not modelled):
+each message size no more than NVLink's curve gives it (the ring crosses NVLink inside every node).
+Its latency is the network's, measured between two nodes, and grows with the ring's length as NCCL's
+own tuner charges it (``src/graph/tuning.cc``: a ring collective pays a per-step latency for each of
+its inter-node steps, ``2(N−1)`` for an all-reduce over N nodes, ``N−1`` for an all-gather or a
+reduce-scatter): ``hop_s`` per inter-node step beyond the two-node ring the α was measured on. An
+all-reduce over many nodes may run NCCL's tree instead (latency growing with log N): there the
+ring's latency is an upper bound.
 
 * ``nic_bw`` 47 GB/s: one NDR 400 Gb/s InfiniBand NIC under NCCL ("For NDR @ 400Gbps you should see
   46-48GB/s per NIC", an NCCL maintainer, NVIDIA/nccl-tests#290); the same rule gives 100 GB/s for 8
   A100s with 4 HDR NICs, where users measure 85–96 (NVIDIA/nccl-tests#119).
 * ``alpha_s`` 20 µs: an 8-byte all-reduce between two nodes (nccl-tests prints 19–20 µs, A100, HDR;
   NVIDIA/nccl-tests#150).
+* ``hop_s`` 14 µs: NCCL's tuner's latency per inter-node step of a ring with its Simple protocol
+  (``hwLat[NCCL_HW_NET][Ring][Simple]``, NVIDIA/nccl ``src/graph/tuning.cc``), the protocol of the
+  large messages (FSDP's units, BTP's all-reduces) for which a long ring's latency matters.
 
 No rail-crossing (PXN), SHARP or congestion from other jobs is modelled; pipeline sends between
 nodes are point-to-point at one NIC's bandwidth.
@@ -76,6 +84,17 @@ class Interconnect:
     bus_bw: float = 370e9  # the large-message asymptote
     name: str = "8x H200 SXM, NVSwitch (NVLink 4), NCCL ring, NVLink SHARP off"
     curve: tuple = ()  # (bytes, bus bandwidth) points below the asymptote; empty: bus_bw at every size
+    nodes: int = 1  # the nodes a ring on this link spans
+    hop_s: float = 0.0  # latency per inter-node ring step beyond a two-node ring's (alpha_s holds those)
+
+    def alpha_at(self, kind: str) -> float:
+        """The fixed cost of one ``kind`` collective on this link: ``alpha_s``, plus ``hop_s`` for each
+        inter-node step of the ring beyond a two-node ring's (all-reduce 2(N−1), all-gather and
+        reduce-scatter N−1, point-to-point none)."""
+        if self.nodes <= 2 or kind == "p2p":
+            return self.alpha_s
+        steps_per_node = 2 if kind == "all_reduce" else 1
+        return self.alpha_s + self.hop_s * steps_per_node * (self.nodes - 2)
 
     def bus_bw_at(self, nbytes: float) -> float:
         """The bus bandwidth a message of ``nbytes`` reaches: ``curve`` interpolated in log-size (its first
@@ -99,19 +118,30 @@ class Network:
     nic_bw: float = 47e9
     nics_per_gpu: float = 1.0
     name: str = "400 Gb/s NDR InfiniBand, one NIC per GPU, NCCL ring"
+    hop_s: float = 14e-6
 
 
 NDR_IB = Network()
 
+# BOOST's published setting: nodes of 4 A100 80GB SXM (NVLink 3, 300 GB/s per direction per GPU), one
+# 200 Gb/s NIC per GPU (Perlmutter's Slingshot 11; HDR InfiniBand is the same rate). NCCL's ring reaches
+# ~230 GB/s of bus bandwidth on A100 NVLink (its tuner caps Ampere's at 235: src/graph/tuning.cc); the
+# mid-size ramp is taken to be NVLink 4's, scaled. A NIC gives 47/50 of its line rate, as NDR does.
+A100_NODE = Interconnect(bus_bw=230e9, name="4x A100 SXM, NVLink 3, NCCL ring",
+                         curve=tuple((n, bw * 230 / 370) for n, bw in NVLINK_RING_CURVE))
+HDR_200 = Network(nic_bw=23.5e9, name="200 Gb/s (HDR InfiniBand / Slingshot 11), one NIC per GPU, NCCL ring")
+
 
 @dataclass(frozen=True)
 class Cluster:
-    """``nodes`` nodes of ``gpus_per_node`` GPUs: NVLink inside (``node``), ``network`` between them."""
+    """``nodes`` nodes of ``gpus_per_node`` GPUs: NVLink inside (``node``), ``network`` between them.
+    ``rate_scale``: the GPU's compute rate relative to the H200 the per-rank rates were measured on."""
 
     nodes: int = 1
     gpus_per_node: int = 8
     node: Interconnect = H200_NODE
     network: Network = NDR_IB
+    rate_scale: float = 1.0
 
     @property
     def gpus(self) -> int:
@@ -131,7 +161,8 @@ class Cluster:
         # the ring also crosses NVLink inside each node: no message size runs faster than it does there
         curve = tuple((n, min(bw, cap)) for n, bw in self.node.curve)
         return Interconnect(self.network.alpha_s, min(self.node.bus_bw, cap),
-                            f"{spanned} nodes x {per_node} GPUs: {self.network.name}", curve)
+                            f"{spanned} nodes x {per_node} GPUs: {self.network.name}", curve, spanned,
+                            self.network.hop_s)
 
 
     def p2p_link(self, stages: int, stride: int) -> Interconnect:
@@ -151,6 +182,22 @@ class Cluster:
 
 ONE_NODE = Cluster()
 
+# The machines the planner knows: GiB per GPU usable, GPUs per node, links, and the rate scale. The
+# A100's is its dense bf16 peak over the H200's (312 / 989 TFLOP/s): the same share of peak as measured
+# on the H200 (docs/design.md, "The planner's machines", checks it against BOOST's A100 step times).
+GPUS = {
+    "h200": {"mem_gib": 139.0, "gpus_per_node": 8, "node": H200_NODE, "network": NDR_IB, "rate_scale": 1.0},
+    "a100": {"mem_gib": 79.0, "gpus_per_node": 4, "node": A100_NODE, "network": HDR_200, "rate_scale": 312 / 989},
+}
+
+
+def cluster_of(gpu: str, nodes: int = 1, gpus_per_node: int | None = None) -> Cluster:
+    """A cluster of ``nodes`` nodes of the machine ``gpu`` (a key of :data:`GPUS`)."""
+    if gpu not in GPUS:
+        raise ValueError(f"gpu={gpu!r} is unknown; choose one of {', '.join(GPUS)}")
+    spec = GPUS[gpu]
+    return Cluster(nodes, gpus_per_node or spec["gpus_per_node"], spec["node"], spec["network"], spec["rate_scale"])
+
 # The rate of the weight-gradient GEMMs that run beside a backward collective (docs/design.md,
 # "Host time", says where it was measured).
 OVERLAP_GEMM_FLOPS = 600e12
@@ -169,7 +216,7 @@ def collective_seconds(kind: str, nbytes: float, ranks: int, link: Interconnect 
         return 0.0
     factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
               "reduce_scatter": (ranks - 1) / ranks, "p2p": 1.0}[kind]
-    return link.alpha_s + factor * nbytes / link.bus_bw_at(nbytes)
+    return link.alpha_at(kind) + factor * nbytes / link.bus_bw_at(nbytes)
 
 
 def tp_seconds(calls: list[Collective], tp: int, link: Interconnect = H200_NODE,

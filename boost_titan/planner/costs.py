@@ -22,6 +22,19 @@ def measured_constants() -> dict:
     return json.loads(MEASURED_FILE.read_text())
 
 
+def nearest_tp(by_tp: dict[int, float], tp: int) -> tuple[int, float]:
+    """(the measured tp used, its value): ``tp`` itself, else the nearest measured one (the larger on a tie)."""
+    used = min(by_tp, key=lambda t: (abs(t - tp), -t))
+    return used, by_tp[used]
+
+
+def host_per_block(kind: str, tp: int) -> float:
+    """The host's seconds per block of ``kind`` (``measured_h200.json`` ``host_per_block_s``: ``fsdp``,
+    ``fsdp_one_unit``, ``one_rank``, ``pipeline_pass``, ``pipeline_step``) at ``tp``, or the nearest
+    measured tp."""
+    return nearest_tp({int(t): v for t, v in measured_constants()["host_per_block_s"][kind].items()}, tp)[1]
+
+
 @dataclass(frozen=True)
 class StrategyCosts:
     """A strategy's planner parameters.
@@ -43,8 +56,7 @@ class StrategyCosts:
 
     def rate(self, tp: int) -> tuple[int, float]:
         """(the measured tp used, its TFLOP/s): ``tp`` itself, else the nearest (the larger on a tie)."""
-        used = min(self.tflops_by_tp, key=lambda t: (abs(t - tp), -t))
-        return used, self.tflops_by_tp[used]
+        return nearest_tp(self.tflops_by_tp, tp)
 
     @classmethod
     def measured(cls, name: str, same_layout_at_tp1: str | None = None) -> StrategyCosts:

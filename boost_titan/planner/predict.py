@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from boost_titan.models import FLAVORS, TransformerArgs
 from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
-from boost_titan.planner.costs import COSTS, StrategyCosts, measured_constants
+from boost_titan.planner.costs import COSTS, StrategyCosts, host_per_block, measured_constants
 
 GiB = 2**30
 # how to ask torchtitan for each ac value (every rate was measured compiled)
@@ -229,7 +229,8 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     else:
         tp_link = dp_link = pp_link = rep_link = link or comm_model.H200_NODE
     rate_tp, tflops = costs(layout.strategy).rate(layout.tp)
-    tflops *= 1e12
+    scale = cluster.rate_scale if cluster is not None else 1.0  # another GPU than the H200 measured on
+    tflops *= 1e12 * scale
     microbatch = microbatch_of(layout, batch, microbatch)
     m = batch // microbatch
     mb_compute = stage_flops_per_token(args, seq, layout.pp) * microbatch * seq / layout.tp / tflops
@@ -268,7 +269,7 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
         gpu = accum * step + fsdp_exposed
         return max(gpu, host), accum * m * mb_comm, gpu
 
-    step, tp_comm, gpu = step_with(comm_model.OVERLAP_GEMM_FLOPS)
+    step, tp_comm, gpu = step_with(comm_model.OVERLAP_GEMM_FLOPS * scale)
     step_no_overlap, tp_comm_no_overlap, _ = step_with(0.0)
     return {"compute_s": accum * compute, "host_s": host, "tp_comm_s": tp_comm, "fsdp_s": fsdp,
             "fsdp_exposed_s": fsdp_exposed, "step_s": step,
@@ -279,19 +280,29 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
 
 
 def host_seconds(args: TransformerArgs, layout: Layout, passes: int = 1) -> float:
-    """The host's least time per step (Python, hooks, dispatch, launches): the measured host time per
-    block and forward + backward pass (``measured_h200.json`` ``host_per_block_s``: under FSDP across
-    ranks with per-block units or one unit, or under the 1-rank mixed-precision wrapper / one GPU), times
-    the rank's blocks and the passes (pipeline microbatches). A step replayed as one CUDA graph
-    (``layout.step_graph``) costs the host a fixed time per step instead (``step_graph`` ``host_s``)."""
+    """The host's least time per step (Python, hooks, dispatch, launches), from the measured host time
+    per block at the layout's tp (``measured_h200.json`` ``host_per_block_s``; a tp not measured takes
+    the nearest):
+
+    * without pipeline stages: per block and forward + backward pass, by kind (FSDP across ranks with
+      per-block units or one unit, or the 1-rank mixed-precision wrapper), times the rank's blocks and
+      the passes (gradient accumulation); the step's fixed part (optimizer, clipping) is spread over
+      the blocks as it was measured, and so charged again in each accumulation pass (an upper bound);
+    * with pipeline stages: the stage's blocks times (a fixed part per block and step + a part per
+      block and microbatch), the two measured apart (1F1B at two microbatch counts).
+
+    A step replayed as one CUDA graph (``layout.step_graph``) costs the host a fixed time per step
+    instead (``step_graph`` ``host_s``)."""
     if layout.step_graph:
         return measured_constants()["step_graph"]["host_s"]
-    entry = measured_constants()["host_per_block_s"]
+    blocks = args.n_layers // layout.pp
+    if layout.pp > 1:
+        return blocks * (host_per_block("pipeline_step", layout.tp) + host_per_block("pipeline_pass", layout.tp) * passes)
     if layout.shard == 1:
-        per_block = entry["one_rank"]
+        kind = "one_rank"
     else:
-        per_block = entry["fsdp_one_unit"] if layout.units == "stage" else entry["fsdp"]
-    return per_block * (args.n_layers // layout.pp) * passes
+        kind = "fsdp_one_unit" if layout.units == "stage" else "fsdp"
+    return host_per_block(kind, layout.tp) * blocks * passes
 
 
 def accumulation_steps(local: int) -> list[int]:
@@ -299,9 +310,9 @@ def accumulation_steps(local: int) -> list[int]:
     return [k for k in range(1, local + 1) if local % k == 0]
 
 
-def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq: int = 4096,
+def plan(flavor: str, gpus: int, gpu_mem_gib: float | None = None, batch: int = 4, seq: int = 4096,
          microbatch: int = 1, nodes: int = 1, global_batch: int | None = None,
-         step_graph: bool | None = None) -> list[dict]:
+         step_graph: bool | None = None, gpu: str = "h200") -> list[dict]:
     """All valid layouts with their predictions, fitting ones first, each group by predicted throughput
     (tokens/s per GPU: layouts with more data parallelism process more tokens per step).
 
@@ -312,10 +323,13 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float = 139.0, batch: int = 4, seq
     layout without pipeline stages may run it as gradient accumulation (column ``accum``: passes of
     ``batch`` sequences), whichever fits and is fastest.
     ``step_graph``: None ranks every layout without pipeline stages with and without ``[boost]
-    step_cudagraph`` (column ``step_graph``); True: with it only; False: without it."""
-    from boost_titan.planner.comm_model import Cluster
+    step_cudagraph`` (column ``step_graph``); True: with it only; False: without it.
+    ``gpu``: the machine (``comm_model.GPUS``: its links, its rate against the H200's, its memory,
+    which ``gpu_mem_gib`` overrides)."""
+    from boost_titan.planner.comm_model import GPUS, cluster_of
 
-    cluster = Cluster(nodes=nodes, gpus_per_node=gpus)
+    cluster = cluster_of(gpu, nodes, gpus)
+    gpu_mem_gib = GPUS[gpu]["mem_gib"] if gpu_mem_gib is None else gpu_mem_gib
     args = FLAVORS[flavor].replace(max_seq_len=seq)
     headroom = measured_constants()["memory_headroom"]["value"]
     rows = []

@@ -27,7 +27,7 @@ PREDICTED = {  # file stem in docs/results -> (module with main(argv), its argum
     "planner_13b_8xh200_mb4_predicted": ("scripts.bench.plan", ["--flavor", "13B", "--gpus", "8", "--batch", "16",
                                                                 "--microbatch", "4", "--top", "8"]),
     "multinode_predicted_h200": ("scripts.bench.multinode_predictions", []),
-    "btp_map_h200_predicted": ("scripts.bench.btp_map", []),
+    "btp_map_predicted": ("scripts.bench.btp_map", []),
     "1b_elementwise_floor_predicted": ("scripts.bench.elementwise_floor", ["--flavors", "1B,1B_fullrank"]),
 }
 
