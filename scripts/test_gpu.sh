@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
 # The whole suite on a GPU machine: the GPU-only tests run there, the CPU distributed tests pin their
 # ranks to the CPU (tests/conftest.py run_distributed). Writes the result (date, card, torch, the
-# pytest summary line) to docs/results/test_gpu.md.
+# pytest summary line and each failed test) to docs/results/test_gpu.md.
 #   scripts/test_gpu.sh [pytest args]       e.g. scripts/test_gpu.sh -m "not e2e"
+#   TIMEOUT=500 scripts/test_gpu.sh         interrupt pytest after 500 s: it still reports what ran
+#   JOBS=8                                  pytest-xdist workers, where it is installed (default 8)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# every test process spawns up to 4 ranks: one or two threads each keeps a 16-core box from thrashing
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 log=$(mktemp)
 parallel=()  # pytest-xdist where it is installed (the test extra), else one process
 python -c "import xdist" 2>/dev/null && parallel=(-n "${JOBS:-8}" --dist loadfile)
-python -m pytest -q "${parallel[@]}" "$@" 2>&1 | tee "$log"
+runner=()
+[ "${TIMEOUT:-0}" != 0 ] && runner=(timeout -s INT "$TIMEOUT")
+# -v: one line per test as it ends, so an interrupted run still says which ran and which failed
+"${runner[@]}" python -m pytest -v -rfE "${parallel[@]}" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 card=$(python -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')")
 torch_version=$(python -c "import torch; print(torch.__version__)")
-summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$log" | tail -1 | tr -d '=' | xargs)
-cat > docs/results/test_gpu.md <<MD
-# The suite on a GPU machine
-
-- **date**: $(date -u +%Y-%m-%dT%H:%M:%SZ)
-- **card**: $card
-- **torch**: $torch_version
-- **git**: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-- **command**: \`scripts/test_gpu.sh $*\`
-- **result**: $summary (exit status $status)
-MD
+summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)
+interrupted=$(grep -q "KeyboardInterrupt" "$log" && echo " (interrupted after ${TIMEOUT:-?} s: the tests that ran)")
+{
+  echo "# The suite on a GPU machine"
+  echo
+  echo "- **date**: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- **card**: $card"
+  echo "- **torch**: $torch_version"
+  echo "- **git**: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- **command**: \`TIMEOUT=${TIMEOUT:-0} JOBS=${JOBS:-8} scripts/test_gpu.sh $*\`"
+  echo "- **result**: ${summary:-no summary line} (exit status $status)$interrupted"
+  echo "- **per-test lines**: $(grep "::" "$log" | grep -oE "\b(PASSED|FAILED|SKIPPED|ERROR)\b" | sort | uniq -c | xargs)"
+  failed=$(grep "::" "$log" | grep -E "\b(FAILED|ERROR)\b" | grep -oE "tests/[^ ]+::[^ ]+" | sort -u)
+  [ -n "$failed" ] && { echo; echo "Failed:"; echo; echo "$failed" | sed 's/^/- /'; }
+} > docs/results/test_gpu.md
 rm -f "$log"
 exit "$status"
