@@ -27,7 +27,7 @@ def job(tp: int, strategy: str, dtype: str = "bfloat16"):
                                                  (4, "fullrank", [2, 16, 256]), (4, "vanilla", [2, 64, 256])])
 def test_stage_input_is_the_residual_stream_in_the_strategy_layout(tp, strategy, shape):
     """btp keeps d sharded between blocks, Megatron + SP the sequence, vanilla nothing."""
-    from torchtitan_ext.runtime.emulate import stage_input
+    from torchtitan_ext.cola_llama.parallelize import stage_input
 
     t = stage_input(job(tp, strategy), dim=256)
     assert list(t.shape) == shape and t.dtype == torch.bfloat16 and t.device.type == "meta"

@@ -170,3 +170,27 @@ def test_flash_attention_needs_what_it_names():
         assert any("attention='flash' needs a CUDA GPU" in p for p in found), found
     else:
         assert found == [] or any("no flash-attn kernel can be loaded" in p for p in found), found
+
+
+def test_tp_strategy_takes_its_choices_from_the_registry(tmp_path, capsys):
+    """``[boost] tp_strategy`` is typed by the library's registry: the command line refuses another name
+    with the registered ones; a TOML value (which the parser does not check) stops in the preflight."""
+    import typing
+    from pathlib import Path
+
+    from torchtitan.config import ConfigManager
+
+    from boost_titan.parallel import STRATEGIES
+    from torchtitan_ext.cola_llama.job_config import Boost
+
+    assert typing.get_args(typing.get_type_hints(Boost)["tp_strategy"]) == tuple(STRATEGIES)
+    with pytest.raises(SystemExit):
+        ConfigManager().parse_args(BASE + ["--boost.tp_strategy", "nope"])
+    assert "Expected one of" in capsys.readouterr().err
+    toml = Path("train_configs/debug_cpu.toml").read_text()
+    assert 'tp_strategy = "btp"' in toml
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml.replace('tp_strategy = "btp"', 'tp_strategy = "nope"'))
+    with pytest.warns(UserWarning):  # tyro's: the TOML default is not one of the Literal's values
+        found = problems(["--job.config_file", str(bad)], 2)
+    assert found == [f"tp_strategy='nope' is unknown; choose one of {tuple(STRATEGIES)}"]

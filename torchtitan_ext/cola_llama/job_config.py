@@ -6,8 +6,8 @@ parallel layout and the kernels: checked by the preflight, by ``parallelize_cola
 trainer), :func:`data_problems` (datasets, tokenizer against vocabulary, Hugging Face imports) and
 :func:`launch_problems` (ranks and nodes); :func:`job_problems` is all of them, what the preflight
 prints before any rank starts. Each returns one readable line per problem naming the bad value and
-the rule; :func:`fail_on` raises the first. torch and the library load lazily: torchtitan imports
-this module to build its config parser.
+the rule; :func:`fail_on` raises the first. ``tp_strategy``'s type is read from the library's registry
+(what ``--help`` lists and the command line accepts); the other library checks load lazily.
 """
 
 import os
@@ -15,12 +15,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from boost_titan.parallel.plans import STRATEGIES
+
+# the registry's names: a strategy added to boost_titan.parallel.plans.STRATEGIES is accepted here as it is
+StrategyName = Literal[tuple(STRATEGIES)]
+
 
 @dataclass
 class Boost:
-    tp_strategy: str = "btp"
-    """How tensor parallelism shards the model, a name in boost_titan.parallel.STRATEGIES (the registry;
-    checked by layout_problems, with the names it knows in the message): bottleneck-aware
+    tp_strategy: StrategyName = "btp"
+    """How tensor parallelism shards the model, a name in boost_titan.parallel.STRATEGIES (the registry,
+    which gives this field its choices; a value from a TOML file is checked by layout_problems): bottleneck-aware
     TP ("btp"), Megatron applied to each low-rank pair ("vanilla"), or Megatron TP + sequence parallel
     for the dense twins ("fullrank"). Checked against the model before any rank starts."""
 

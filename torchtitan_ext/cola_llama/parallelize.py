@@ -18,7 +18,7 @@ from torchtitan.tools.logging import logger
 from boost_titan.ops.attention import check_backend, save_for_backward_ops
 from boost_titan.ops.cross_entropy import implementation_name
 from boost_titan.ops.float8 import check_float8
-from boost_titan.parallel import apply_tp
+from boost_titan.parallel import apply_tp, stream_shape
 from boost_titan.parallel.activation_checkpoint import apply_lowrank_checkpoint
 from boost_titan.parallel.compile import compile_blocks, compile_on_local_shards
 from boost_titan.parallel.fsdp_copy_in import foreach_copy_in
@@ -191,3 +191,13 @@ def _shard_root(model, config: dict) -> None:
     explicit value turns that off, and the one-unit layout used to pass one: a second all-gather of
     the whole stage per step (its host work and, on a real mesh, its traffic)."""
     fully_shard(model, **config, reshard_after_forward=False)
+
+
+def stage_input(job_config, dim: int) -> torch.Tensor:
+    """The meta tensor a later pipeline stage of a cola_llama model receives: the residual stream of
+    one microbatch, ``[microbatch, seq, dim]`` in the compute dtype, sharded as the tp strategy's
+    stream is (btp: ``Shard(-1)``, d; fullrank: ``Shard(1)``, the sequence; vanilla: replicated)."""
+    par, training = job_config.parallelism, job_config.training
+    shape = stream_shape(job_config.boost.tp_strategy, par.pipeline_parallel_microbatch_size, training.seq_len, dim,
+                         par.tensor_parallel_degree)
+    return torch.empty(shape, dtype=TORCH_DTYPE_MAP[training.mixed_precision_param], device="meta")

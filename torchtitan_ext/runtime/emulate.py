@@ -11,10 +11,11 @@ pipeline layout's other stages can be timed too (rank ``k·(NGPU/pp)`` holds sta
 A later stage learns its input's shape at its first step from the previous stage (a metadata
 message, ``recv_object_list``), which the fake backend never delivers. For the cola_llama family
 that input is always the residual stream, ``[microbatch, seq, dim]`` in the compute dtype, with the
-tp strategy's stream layout (btp: d sharded; fullrank: the sequence sharded), so
-:func:`stage_input` writes it here and the stage's own shape inference then runs as usual. That
-hook uses torch 2.11's pipelining (``PipelineStage._shape_inference``, the GPU image's torch); later
-torch versions replace it with a metadata vote, and playing a later stage there stops with one line.
+tp strategy's stream layout (btp: d sharded; fullrank: the sequence sharded), so the family's
+``stage_input`` (:mod:`torchtitan_ext.cola_llama.parallelize`) gives it here and the stage's own shape
+inference then runs as usual. That hook uses torch 2.11's pipelining (``PipelineStage._shape_inference``,
+the GPU image's torch); later torch versions replace it with a metadata vote, and playing a later stage
+there stops with one line.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import os
 
 import torch
 import torch.distributed.pipelining.stage as pipelining_stage
-from torchtitan.config import TORCH_DTYPE_MAP
 
 from torchtitan_ext import patches
+from torchtitan_ext.cola_llama.parallelize import stage_input
 from torchtitan_ext.runtime.train import Trainer, main_then_exit
 
 RANK = int(os.environ.get("EMULATE_RANK", "0"))
@@ -41,18 +42,6 @@ def init_fake_mode(world_size: int, comm_mode: str = "fake_backend"):
 
 
 patches.apply("fake_backend_any_rank", init_fake_mode)  # only --comm.mode fake_backend runs call it
-
-
-def stage_input(job_config, dim: int) -> torch.Tensor:
-    """The meta tensor a later pipeline stage of a cola_llama model receives: the residual stream of
-    one microbatch, ``[microbatch, seq, dim]`` in the compute dtype, sharded as the tp strategy's
-    stream is (btp: ``Shard(-1)``, d; fullrank: ``Shard(1)``, the sequence; vanilla: replicated)."""
-    from boost_titan.parallel import stream_shape
-
-    par, training = job_config.parallelism, job_config.training
-    shape = stream_shape(job_config.boost.tp_strategy, par.pipeline_parallel_microbatch_size, training.seq_len, dim,
-                         par.tensor_parallel_degree)
-    return torch.empty(shape, dtype=TORCH_DTYPE_MAP[training.mixed_precision_param], device="meta")
 
 
 _torch_shape_inference = getattr(pipelining_stage.PipelineStage, "_shape_inference", None)
