@@ -539,3 +539,40 @@ def test_host_proxy_traces_a_layouts_host_time_on_the_cpu(tmp_path):
     assert host["FSDP2 hooks, copy-in/out, collectives"]["host_ms"] > 0
     (row,) = res["rows"]
     assert row["steps_timed"] == 3 and row["step_ms"] > 0  # steps 2-4; 5 and 6 are the profiler's
+
+
+def test_host_floor_pipeline_slopes_by_hand():
+    """The pipeline's host parts from its runs at 2 and 4 microbatches: slope per block and microbatch,
+    the rest per step."""
+    from scripts.bench.host_floor import pipeline_slopes
+
+    rows = [{"kind": "pipeline", "tp": 2, "passes": 2, "blocks": 16, "step_s": 0.20, "ok": True},
+            {"kind": "pipeline", "tp": 2, "passes": 4, "blocks": 16, "step_s": 0.36, "ok": True},
+            {"kind": "pipeline", "tp": 4, "passes": 2, "blocks": 16, "step_s": 0.25, "ok": True}]  # no m = 4 run
+    (slope,) = pipeline_slopes(rows)
+    assert slope["tp"] == 2
+    assert slope["host_per_block_pass_s"] == pytest.approx(0.16 / 32)
+    assert slope["fixed_s"] == pytest.approx(0.04)
+
+
+@pytest.mark.e2e
+def test_host_floor_runs_and_resumes_on_cpu(tmp_path):
+    """Two tiny kinds through the fake backend on CPU: each row's host time per block is its step over its
+    blocks; a second call keeps the rows the first measured and, its time budget spent, runs no more."""
+    out = tmp_path / "hf"
+    cmd = [sys.executable, "-m", "scripts.bench.host_floor", "--flavor", "tiny", "--tp", "2", "--seq-len", "64",
+           "--steps", "4", "--skip", "1", "--extra=--boost.synthetic_vocab_size 512 --compile.no-enable", "--out", str(out)]
+    root = Path(emulate.__file__).parents[2]
+    first = subprocess.run([*cmd, "--kinds", "one_rank,fsdp"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    rows = {r["kind"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    for kind, dp in [("one_rank", 1), ("fsdp", 2)]:
+        r = rows[kind]
+        assert r["ok"] and r["dp"] == dp and r["blocks"] == 2
+        assert r["host_per_block_s"] == pytest.approx(r["step_s"] / 2)
+        assert "--parallelism.tensor_parallel_degree 2" in r["command"]
+    second = subprocess.run([*cmd, "--kinds", "one_rank,fsdp,fsdp_one_unit", "--time-budget", "0"], cwd=root,
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and "[tiny_fsdp_one_unit_tp2_m1] not run" in second.stdout
+    again = {r["kind"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    assert again.keys() == {"one_rank", "fsdp"} and again["fsdp"]["step_s"] == rows["fsdp"]["step_s"]
