@@ -198,6 +198,7 @@ def cluster_of(gpu: str, nodes: int = 1, gpus_per_node: int | None = None) -> Cl
     spec = GPUS[gpu]
     return Cluster(nodes, gpus_per_node or spec["gpus_per_node"], spec["node"], spec["network"], spec["rate_scale"])
 
+
 # The rate of the weight-gradient GEMMs that run beside a backward collective (docs/design.md,
 # "Host time", says where it was measured).
 OVERLAP_GEMM_FLOPS = 600e12
