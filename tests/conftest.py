@@ -1,7 +1,10 @@
 """Shared test helpers (pytest loads this file first; test modules import from it as ``conftest``):
 the repository root, the tiny model shapes, running a function on N gloo ranks (CPU), a free port,
 a run of ``scripts/run_train.sh`` with its per-step losses, the fp32-vs-fp64 reassociation bound, and
-a recorder of the aten ops a block of code dispatches."""
+a recorder of the aten ops a block of code dispatches.
+
+On a GPU machine the CPU tests stay on the CPU: every process a test starts sees no GPU unless the
+test is marked ``gpu`` (``hide_gpus_from_children``); the test process keeps its own GPUs."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -21,6 +25,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from boost_titan.models import TransformerArgs
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subprocess the tests start
+
+# The test process reads its GPUs now (CUDA reads CUDA_VISIBLE_DEVICES once, at its first use), before
+# the fixture below hides them from the processes the tests start.
+torch.cuda.is_available()
+VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@pytest.fixture(autouse=True)
+def hide_gpus_from_children(request, monkeypatch):
+    """A process a test starts (torchtitan's loop, a gloo rank, a benchmark, an example) computes on the
+    CPU whatever the machine has: torchtitan, torchrun and the example pick CUDA and NCCL wherever a GPU
+    is visible, and several ranks on one GPU cannot run. Tests marked ``gpu`` keep the GPUs for theirs."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 # The model of the in-process tests: divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠
 # mlp_rank so a mix-up shows. (The runs of torchtitan's loop use the "tiny" flavor, TINY_RUN below.)
@@ -45,6 +63,7 @@ def free_port() -> int:
 
 def _worker(rank, world_size, port, fn, args, errors, cuda):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # torchtitan reads the device type at import (unpickling fn imports its test module): no GPU seen
     assert cuda or (os.environ.get("CUDA_VISIBLE_DEVICES") == "" and not torch.cuda.is_available())
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -65,17 +84,10 @@ def _worker(rank, world_size, port, fn, args, errors, cuda):
 
 def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
     """Spawn ``world_size`` gloo processes running ``fn(rank, world_size, *args)``; re-raise any failure.
-    They see no GPU unless ``cuda`` (the test then runs its CUDA arm)."""
+    They see no GPU (``hide_gpus_from_children``) unless ``cuda``: a test marked ``gpu`` runs its CUDA arm."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
     port = free_port()
-    # A CPU test stays on the CPU on a GPU machine too: the ranks must see no GPU from their first
-    # import on (unpickling ``fn`` imports its test module, and torchtitan picks its device type,
-    # which ParallelDims and init_device_mesh then use, when it is imported), so the variable is
-    # set before they are spawned; the parent's own CUDA is untouched (read once, at its init).
-    hidden = {} if cuda else {"CUDA_VISIBLE_DEVICES": ""}
-    saved = {k: os.environ.get(k) for k in hidden}
-    os.environ.update(hidden)
     try:
         mp.start_processes(_worker, args=(world_size, port, fn, args, errors, cuda), nprocs=world_size,
                            join=True, start_method="spawn")
@@ -84,12 +96,6 @@ def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
         while not errors.empty():
             msgs.append(errors.get())
         raise AssertionError("\n".join(msgs) or str(exc)) from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 FP32_UNIT_ROUNDOFF = 2.0 ** -24

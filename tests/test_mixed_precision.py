@@ -233,8 +233,8 @@ def _plain_fsdp_steps(rank, world_size, path, device="cpu"):
     torch.save(out, path)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="the CUDA kernels of the foreach casts need a GPU"))])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the CUDA kernels of the foreach casts need a GPU"), pytest.mark.gpu])])
 def test_batched_casts_are_one_foreach_each_and_exact(device, tmp_path):
     """FSDP2 on a 1-rank mesh (plain module, 2 microbatches per step): the batched unshard issues one
     ``_foreach_copy_`` where FSDP2 casts and copies each of the 5 weights; the batched gradient cast

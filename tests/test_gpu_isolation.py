@@ -1,0 +1,24 @@
+"""On a GPU machine the CPU tests stay on the CPU (tests/conftest.py ``hide_gpus_from_children``): the
+processes a test starts see no GPU unless the test is marked ``gpu``."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import VISIBLE_AT_START
+
+SHOW = [sys.executable, "-c", "import os; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"]
+
+
+def _seen() -> str:
+    return subprocess.run(SHOW, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_started_process_sees_no_gpu():
+    assert _seen() == "''"
+
+
+@pytest.mark.gpu
+def test_a_gpu_test_keeps_the_machines_gpus():
+    assert _seen() == repr(VISIBLE_AT_START)
