@@ -3,8 +3,8 @@ the repository root, the tiny model shapes, running a function on N gloo ranks (
 a run of ``scripts/run_train.sh`` with its per-step losses, the fp32-vs-fp64 reassociation bound, and
 a recorder of the aten ops a block of code dispatches.
 
-On a GPU machine the CPU tests stay on the CPU: every process a test starts sees no GPU unless the
-test is marked ``gpu`` (``hide_gpus_from_children``); the test process keeps its own GPUs."""
+On a GPU machine the CPU tests stay on the CPU: every process the tests start sees no GPU unless the
+test is marked ``gpu`` (``gpus_for_gpu_tests``); the test process keeps its own GPUs."""
 
 from __future__ import annotations
 
@@ -26,19 +26,25 @@ from boost_titan.models import TransformerArgs
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subprocess the tests start
 
-# The test process reads its GPUs now (CUDA reads CUDA_VISIBLE_DEVICES once, at its first use), before
-# the fixture below hides them from the processes the tests start.
+# On a GPU machine the CPU tests stay on the CPU: every process the tests start (torchtitan's loop, a
+# gloo rank, a benchmark, an example under torchrun; from a test or from a module's shared fixture)
+# sees no GPU, since torchtitan and torchrun pick CUDA and NCCL wherever one is visible, and several
+# ranks cannot share one GPU. The test process reads its own GPUs first: CUDA reads
+# CUDA_VISIBLE_DEVICES once, when it starts, which is_available() does.
 torch.cuda.is_available()
 VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 @pytest.fixture(autouse=True)
-def hide_gpus_from_children(request, monkeypatch):
-    """A process a test starts (torchtitan's loop, a gloo rank, a benchmark, an example) computes on the
-    CPU whatever the machine has: torchtitan, torchrun and the example pick CUDA and NCCL wherever a GPU
-    is visible, and several ranks on one GPU cannot run. Tests marked ``gpu`` keep the GPUs for theirs."""
-    if request.node.get_closest_marker("gpu") is None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+def gpus_for_gpu_tests(request, monkeypatch):
+    """A test marked ``gpu`` gives the processes it starts the machine's GPUs back."""
+    if request.node.get_closest_marker("gpu") is not None:
+        if VISIBLE_AT_START is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", VISIBLE_AT_START)
+
 
 # The model of the in-process tests: divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠
 # mlp_rank so a mix-up shows. (The runs of torchtitan's loop use the "tiny" flavor, TINY_RUN below.)
@@ -84,7 +90,7 @@ def _worker(rank, world_size, port, fn, args, errors, cuda):
 
 def run_distributed(fn, world_size: int, *args, cuda: bool = False) -> None:
     """Spawn ``world_size`` gloo processes running ``fn(rank, world_size, *args)``; re-raise any failure.
-    They see no GPU (``hide_gpus_from_children``) unless ``cuda``: a test marked ``gpu`` runs its CUDA arm."""
+    They see no GPU unless ``cuda``: a test marked ``gpu`` runs its CUDA arm (``gpus_for_gpu_tests``)."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
     port = free_port()

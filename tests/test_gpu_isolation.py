@@ -1,5 +1,5 @@
-"""On a GPU machine the CPU tests stay on the CPU (tests/conftest.py ``hide_gpus_from_children``): the
-processes a test starts see no GPU unless the test is marked ``gpu``."""
+"""On a GPU machine the CPU tests stay on the CPU (tests/conftest.py): the processes a test starts see
+no GPU unless the test is marked ``gpu``."""
 
 import subprocess
 import sys

@@ -13,7 +13,7 @@ import torch
 from conftest import run_train
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device"),
-              pytest.mark.gpu]  # its training runs keep the GPU (conftest.hide_gpus_from_children)
+              pytest.mark.gpu]  # its training runs keep the GPU (conftest.gpus_for_gpu_tests)
 
 
 def _run(dump, *extra: str):

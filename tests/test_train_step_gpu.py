@@ -13,7 +13,7 @@ import torch
 from conftest import run_train
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned copies need a CUDA device"),
-              pytest.mark.gpu]  # its training runs keep the GPU (conftest.hide_gpus_from_children)
+              pytest.mark.gpu]  # its training runs keep the GPU (conftest.gpus_for_gpu_tests)
 
 
 def _losses(dump, **env: str) -> dict[int, float]:
