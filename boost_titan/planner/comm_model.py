@@ -58,9 +58,10 @@ ring's latency is an upper bound.
   A100s with 4 HDR NICs, where users measure 85–96 (NVIDIA/nccl-tests#119).
 * ``alpha_s`` 20 µs: an 8-byte all-reduce between two nodes (nccl-tests prints 19–20 µs, A100, HDR;
   NVIDIA/nccl-tests#150).
-* ``hop_s`` 14 µs: NCCL's tuner's latency per inter-node step of a ring with its Simple protocol
+* ``hop_s``: NCCL's own tuner's latency per inter-node step of a ring with its Simple protocol
   (``hwLat[NCCL_HW_NET][Ring][Simple]``, NVIDIA/nccl ``src/graph/tuning.cc``), the protocol of the
-  large messages (FSDP's units, BTP's all-reduces) for which a long ring's latency matters.
+  large messages (FSDP's units, BTP's all-reduces) for which a long ring's latency matters; the
+  value is quoted in docs/design.md, "Communication volume".
 
 No rail-crossing (PXN), SHARP or congestion from other jobs is modelled; pipeline sends between
 nodes are point-to-point at one NIC's bandwidth.
@@ -123,10 +124,9 @@ class Network:
 
 NDR_IB = Network()
 
-# BOOST's published setting: nodes of 4 A100 80GB SXM (NVLink 3, 300 GB/s per direction per GPU), one
-# 200 Gb/s NIC per GPU (Perlmutter's Slingshot 11; HDR InfiniBand is the same rate). NCCL's ring reaches
-# ~230 GB/s of bus bandwidth on A100 NVLink (its tuner caps Ampere's at 235: src/graph/tuning.cc); the
-# mid-size ramp is taken to be NVLink 4's, scaled. A NIC gives 47/50 of its line rate, as NDR does.
+# BOOST's published setting: nodes of 4 A100 80GB SXM with NVLink 3 and one NIC per GPU. The ring's
+# mid-size ramp is taken to be NVLink 4's, scaled to the A100's bus bandwidth, and a NIC gives the same
+# share of its line rate as NDR does; each value's source: docs/design.md, "The planner's machines".
 A100_NODE = Interconnect(bus_bw=230e9, name="4x A100 SXM, NVLink 3, NCCL ring",
                          curve=tuple((n, bw * 230 / 370) for n, bw in NVLINK_RING_CURVE))
 HDR_200 = Network(nic_bw=23.5e9, name="200 Gb/s (HDR InfiniBand / Slingshot 11), one NIC per GPU, NCCL ring")
@@ -183,8 +183,8 @@ class Cluster:
 ONE_NODE = Cluster()
 
 # The machines the planner knows: GiB per GPU usable, GPUs per node, links, and the rate scale. The
-# A100's is its dense bf16 peak over the H200's (312 / 989 TFLOP/s): the same share of peak as measured
-# on the H200 (docs/design.md, "The planner's machines", checks it against BOOST's A100 step times).
+# A100's is its dense bf16 peak over the H200's: the same share of peak as measured on the H200
+# (docs/design.md, "The planner's machines", gives the peaks and checks the scale against BOOST's).
 GPUS = {
     "h200": {"mem_gib": 139.0, "gpus_per_node": 8, "node": H200_NODE, "network": NDR_IB, "rate_scale": 1.0},
     "a100": {"mem_gib": 79.0, "gpus_per_node": 4, "node": A100_NODE, "network": HDR_200, "rate_scale": 312 / 989},
