@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 
 from scripts.bench.results import env_info, print_table, write_results
-from scripts.bench.traces import bucket_rows, removal_bounds, trace_buckets, trace_gaps, trace_host
+from scripts.bench.traces import (
+    bucket_rows,
+    removal_bounds,
+    step_trace,
+    trace_buckets,
+    trace_gaps,
+    trace_host,
+    trace_step_overrides,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILE = ["--compile.enable"]
@@ -192,9 +200,7 @@ def main() -> None:
     for name in names:
         config, extra = plans[name]
         dump = ROOT / "outputs" / "e2e" / name.replace("+", ".")
-        profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
-                     str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
-                     "--profiling.save_traces_folder", "traces"] if a.profile else []
+        profiling = ["--job.dump_folder", str(dump), *trace_step_overrides(a.steps)] if a.profile else []
         batch = ["--training.local_batch_size", str(a.batch)] if a.batch else []  # before extra: "+bN" wins
         overrides = ["--training.steps", str(a.steps), "--metrics.log_freq", str(a.log_freq), *batch, *extra, *profiling,
                      *a.extra.split()]
@@ -210,7 +216,7 @@ def main() -> None:
             results[-1]["error"] = run["error"] or f"no step logged (exit status {run['returncode']})"
         print_table([results[-1]], ["variant", "tokens_per_s", "step_s", "mfu_pct", "peak_mem_gib"])
         if a.profile:
-            trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
+            trace = step_trace(dump, a.steps)
             if trace.is_file():
                 buckets[name] = trace_buckets(trace)
                 # the traced step's GPU-busy time beside the median step: what the host leaves idle

@@ -43,7 +43,7 @@ from boost_titan.planner import comm_model
 from boost_titan.planner.collectives import model_collectives
 from scripts.bench.e2e import ROOT, run_train
 from scripts.bench.results import env_info, print_table, write_results
-from scripts.bench.traces import bucket_rows, trace_buckets, trace_gaps, trace_top_kernels
+from scripts.bench.traces import bucket_rows, step_trace, trace_buckets, trace_gaps, trace_step_overrides, trace_top_kernels
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
@@ -255,16 +255,14 @@ def main() -> None:
             microbatches(spec, batch)  # a microbatch that does not divide the batch fails before any run
             name = run_name(spec, batch)
             dump = ROOT / "outputs" / "emulate" / name
-            profiling = ["--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
-                         str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
-                         "--profiling.save_traces_folder", "traces"] if a.profile else []
+            profiling = ["--job.dump_folder", str(dump), *trace_step_overrides(a.steps)] if a.profile else []
             shutil.rmtree(dump / "traces", ignore_errors=True)
             gpus = spec["tp"] * spec["dp"] * (spec["pp"] if a.real else 1)
             run = run_train(CONFIG, overrides(spec, batch, a.steps, a.seq_len, a.real) + profiling + a.extra.split(),
                             gpus, log_dir / f"{name}.log", emulate_rank=None if a.real else 0)
             if a.profile:
                 run["steps"] = [r for r in run["steps"] if r["step"] <= a.steps - 2]  # traced steps left out
-                trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
+                trace = step_trace(dump, a.steps)
                 if trace.is_file():
                     buckets[name] = trace_buckets(trace)
                     gaps += [{"run": name, **r} for r in trace_gaps(trace)]

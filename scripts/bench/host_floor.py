@@ -36,7 +36,7 @@ from pathlib import Path
 from boost_titan.models import FLAVORS
 from scripts.bench.e2e import ROOT, run_train
 from scripts.bench.results import env_info, print_table, write_results
-from scripts.bench.traces import trace_buckets, trace_host
+from scripts.bench.traces import step_trace, trace_buckets, trace_host, trace_step_overrides
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 KINDS = {  # kind: (dp, pp, microbatches, extra overrides); measured in this order
@@ -73,9 +73,7 @@ def measure(spec: dict, a, log_dir: Path) -> dict:
                  "--parallelism.pipeline_parallel_degree", str(spec["pp"]),
                  "--training.local_batch_size", str(spec["passes"]), "--training.seq_len", str(a.seq_len),
                  "--training.steps", str(a.steps), "--metrics.log_freq", "1", "--compile.enable", *extra,
-                 "--job.dump_folder", str(dump), "--profiling.enable_profiling", "--profiling.profile_freq",
-                 str(a.steps), "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
-                 "--profiling.save_traces_folder", "traces", *a.extra.split()]
+                 "--job.dump_folder", str(dump), *trace_step_overrides(a.steps), *a.extra.split()]
     ngpu = spec["tp"] * spec["dp"] * spec["pp"]
     run = run_train(CONFIG, overrides, ngpu, log_dir / f"{name}.log", emulate_rank=0)
     timed = [r for r in run["steps"] if a.skip < r["step"] <= a.steps - 2]
@@ -84,7 +82,7 @@ def measure(spec: dict, a, log_dir: Path) -> dict:
         return {**row, "error": run["error"]}
     row["step_s"] = run["tokens_per_step"] / statistics.median(r["tps"] for r in timed)
     row["peak_mem_gib"] = max(r["mem_gib"] for r in run["steps"])
-    trace = dump / "traces" / f"iteration_{a.steps}" / "rank0_trace.json"
+    trace = step_trace(dump, a.steps)
     if trace.is_file():
         row["gpu_busy_s"] = sum(trace_buckets(trace).values()) / 1e3
         row["host_bound_pct"] = max(0.0, 100 * (1 - row["gpu_busy_s"] / row["step_s"]))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from scripts.bench.e2e import ANSI, ROOT, emulate_env, variant
 from scripts.bench.results import env_info, print_table, write_results
-from scripts.bench.traces import trace_host
+from scripts.bench.traces import trace_host, trace_step_overrides
 
 STAND_IN = "host_proxy"  # the stand-in flavor's name, registered in the child process only
 STEP_TIME = re.compile(r"(\d\d):(\d\d):(\d\d)[,.](\d\d\d) .* step: +(\d+) ")
@@ -70,8 +70,7 @@ def run(name: str, flavor: str, dim: int, blocks: int | None, ngpu: int, steps: 
            "--job.config_file", config, *overrides, "--model.flavor", STAND_IN, "--comm.mode", "fake_backend",
            "--training.steps", str(steps), "--metrics.log_freq", "1", "--training.seq_len", str(seq),
            "--training.local_batch_size", str(batch), "--job.dump_folder", str(dump),
-           "--profiling.enable_profiling", "--profiling.profile_freq", str(steps), "--profiling.profiler_warmup", "1",
-           "--profiling.profiler_active", "1", "--profiling.save_traces_folder", "traces", *extra]
+           *trace_step_overrides(steps), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=emulate_env(ngpu), capture_output=True, text=True)
     log = ANSI.sub("", proc.stdout + proc.stderr)
     (out_dir / f"{dump.name}.log").write_text(log)

@@ -55,7 +55,7 @@ from boost_titan.models.args import flops_per_token
 from boost_titan.models.flavors import FLAVORS
 from scripts.bench.e2e import ANSI, ROOT, parse_log, run_train
 from scripts.bench.results import env_info, print_table, pyplot, write_results
-from scripts.bench.traces import trace_buckets
+from scripts.bench.traces import step_trace, trace_buckets, trace_step_overrides
 
 CONFIG = "train_configs/quality_60m.toml"
 CORPUS_STATS = ROOT / "data" / "corpus" / "stats.json"
@@ -141,9 +141,7 @@ def overrides(run: Run, a: argparse.Namespace) -> list[str]:
            "--validation.steps", "-1",
            "--job.dump_folder", f"./outputs/quality/{run.tag}"]
     if run.alone:  # trace one step that neither validates nor ends the run
-        out += ["--profiling.enable_profiling", "--profiling.profile_freq", str(traced_step(run.steps)),
-                "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
-                "--profiling.save_traces_folder", "traces"]
+        out += trace_step_overrides(traced_step(run.steps))
     return out + a.extra.split()
 
 
@@ -201,7 +199,7 @@ def train(run: Run, a: argparse.Namespace) -> dict | None:
     result = run_train(CONFIG, overrides(run, a), 1, path)
     path.write_text(f"# command: {result['command']}\n" + path.read_text())
     if run.alone:
-        trace = ROOT / "outputs" / "quality" / run.tag / "traces" / f"iteration_{traced_step(run.steps)}" / "rank0_trace.json"
+        trace = step_trace(ROOT / "outputs" / "quality" / run.tag, traced_step(run.steps))
         if trace.is_file():
             busy_s = sum(trace_buckets(trace).values()) / 1e3
             path.write_text(path.read_text() + f"\n# gpu_busy_s of traced step {traced_step(run.steps)}: {busy_s:.6f}\n")

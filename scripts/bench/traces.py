@@ -7,6 +7,21 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+# ---- tracing one step of torchtitan's loop ------------------------------------------------------
+
+
+def trace_step_overrides(step: int) -> list[str]:
+    """torchtitan's overrides that trace step ``step`` (one warm-up step before it) into the run's
+    ``traces`` folder (:func:`step_trace` finds it)."""
+    return ["--profiling.enable_profiling", "--profiling.profile_freq", str(step), "--profiling.profiler_warmup", "1",
+            "--profiling.profiler_active", "1", "--profiling.save_traces_folder", "traces"]
+
+
+def step_trace(dump: str | Path, step: int) -> Path:
+    """Rank 0's trace of step ``step`` in the run whose ``job.dump_folder`` is ``dump``."""
+    return Path(dump) / "traces" / f"iteration_{step}" / "rank0_trace.json"
+
+
 # ---- timing, ceilings, traces, plots ----------------------------------------------------------
 
 
