@@ -19,15 +19,12 @@ import sys
 
 from boost_titan.planner import predict
 from boost_titan.planner.comm_model import GPUS, cluster_of
-from scripts.bench.results import env_info, print_table, pyplot, write_results
+from scripts.bench.results import BOOST_FIG5_A100, env_info, print_table, pyplot, write_results
 
 FLAVORS = ("7B", "13B", "30B")
 MACHINES = ("h200", "a100")
 NODES = (1, 2, 4, 8, 16, 32, 64, 128)
 GLOBAL_BATCHES = (64, 128, 256, 512, 1024, 2048)
-# BOOST Fig. 5 (A100 80GB, its code): s per step at micro-batch 4, seq 4096, one layout per flavor
-BOOST_A100 = {("1B", 1): {"fullrank": 0.85, "btp": 0.59}, ("3B", 2): {"fullrank": 1.14, "vanilla": 1.41, "btp": 0.78},
-              ("7B", 4): {"fullrank": 1.06, "vanilla": 1.64, "btp": 0.72}}
 
 
 def name(r: dict | None) -> str:
@@ -57,8 +54,12 @@ def boost_check(seq: int) -> list[dict]:
     """The planner's step time of BOOST's Fig. 5 layouts on A100s (one node, no data parallelism, local
     batch 4) beside BOOST's published ones."""
     out = []
-    for (flavor, tp), published in BOOST_A100.items():
+    for flavor, (tp, pp, published) in BOOST_FIG5_A100.items():
+        if pp > 1:  # one node only
+            continue
         for strategy, boost_s in published.items():
+            if tp == 1 and strategy == "vanilla":  # without TP the planner lists vanilla as btp
+                continue
             args = predict.FLAVORS[flavor + ("_fullrank" if strategy == "fullrank" else "")].replace(max_seq_len=seq)
             t = predict.step_time(args, predict.Layout(strategy, tp, 1, 1, "none"), 4, seq, cluster=cluster_of("a100", 1, tp))
             out.append({"flavor": flavor, "tp": tp, "strategy": strategy, "planner_s": round(t["step_s"], 3),

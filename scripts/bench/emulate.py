@@ -42,15 +42,13 @@ from boost_titan.parallel import stream_shape
 from boost_titan.planner import comm_model
 from boost_titan.planner.collectives import model_collectives
 from scripts.bench.e2e import ROOT, run_train
-from scripts.bench.results import env_info, print_table, write_results
+from scripts.bench.results import BOOST_FIG5_A100, env_info, print_table, write_results
 from scripts.bench.traces import bucket_rows, step_trace, trace_buckets, trace_gaps, trace_step_overrides, trace_top_kernels
 
 CONFIG = "train_configs/cola_1b_h200.toml"  # bf16, synthetic tokens, V = 32000
 LAYOUTS = {"3B": {"tp": 2, "pp": 1}, "7B": {"tp": 4, "pp": 1}, "13B": {"tp": 4, "pp": 2},  # BOOST Fig. 5
            "tiny": {"tp": 2, "pp": 1}, "tiny_pp": {"tp": 2, "pp": 2, "flavor": "tiny"}}  # CPU smoke tests
 STRATEGIES = tuple(PLANS)  # btp, vanilla, fullrank: the registry's names
-BOOST_A100 = {  # BOOST Fig. 5, s per step (A100 80GB, mbz 4, seq 4096): fullrank, vanilla, btp
-    "3B": (1.14, 1.41, 0.78), "7B": (1.06, 1.64, 0.72), "13B": (2.07, 2.42, 1.30)}
 
 
 def row_specs(rows: str, microbatch: int = 1) -> list[dict]:
@@ -213,8 +211,8 @@ def add_predictions(rows: list[dict], seq: int, buckets: dict, stage_rows: list[
                 if "pred_step_no_overlap_s" in by[other] and "pred_step_no_overlap_s" in by["btp"]:
                     entry[f"btp_vs_{other}_no_overlap"] = (by[other]["pred_step_no_overlap_s"]
                                                            / by["btp"]["pred_step_no_overlap_s"])
-        if flavor in BOOST_A100 and emulated_batch(next(iter(by.values())), batch) == 4:  # BOOST's mbz 4
-            fr, va, bt = BOOST_A100[flavor]
+        if flavor in BOOST_FIG5_A100 and emulated_batch(next(iter(by.values())), batch) == 4:  # BOOST's mbz 4
+            fr, va, bt = (BOOST_FIG5_A100[flavor][2][s] for s in ("fullrank", "vanilla", "btp"))
             entry |= {"boost_a100": f"{fr} / {va} / {bt} s", "boost_vs_fr_va": f"{fr / bt:.2f}x / {va / bt:.2f}x"}
         table.append(entry)
     return table

@@ -25,9 +25,7 @@ from boost_titan.models import FLAVORS
 from boost_titan.planner import predict as plan
 from boost_titan.planner.comm_model import Cluster
 from boost_titan.planner.costs import measured_constants
-from scripts.bench.results import env_info, print_table, write_results
-
-BOOST_13B_A100 = {"fullrank": 2.07, "vanilla": 2.42, "btp": 1.30}  # s per step, BOOST README (Fig. 5)
+from scripts.bench.results import BOOST_FIG5_A100, env_info, print_table, write_results
 
 
 def _row(flavor, layout, batch, seq, cluster, microbatch=1, **extra):
@@ -50,7 +48,7 @@ def boost_layouts(seq: int) -> list[dict]:
     c2 = Cluster(nodes=2, gpus_per_node=4)
     for strategy, flavor in (("btp", "13B"), ("vanilla", "13B"), ("fullrank", "13B_fullrank")):
         rows.append(_row(flavor, plan.Layout(strategy, 4, 2, 1, "none"), 16, seq, c2, microbatch=4,
-                         boost_a100_s=BOOST_13B_A100[strategy]))
+                         boost_a100_s=BOOST_FIG5_A100["13B"][2][strategy]))
     return rows
 
 

@@ -22,6 +22,13 @@ from boost_titan.planner.table import format_table
 
 __all__ = ["format_table"]  # re-exported: the benchmarks' tables are the planner's
 
+# BOOST's published end-to-end step times (its README, Fig. 5: A100 80GB, micro-batch 4, seq 4096, its
+# own code), s per step: flavor -> (tp, pp, {strategy: seconds}); what our rows stand beside
+BOOST_FIG5_A100 = {"1B": (1, 1, {"fullrank": 0.85, "vanilla": 0.56, "btp": 0.59}),
+                   "3B": (2, 1, {"fullrank": 1.14, "vanilla": 1.41, "btp": 0.78}),
+                   "7B": (4, 1, {"fullrank": 1.06, "vanilla": 1.64, "btp": 0.72}),
+                   "13B": (4, 2, {"fullrank": 2.07, "vanilla": 2.42, "btp": 1.30})}
+
 
 def _git_rev() -> str | None:
     """``<short sha>[-dirty]`` of the checkout; ``BOOST_GIT_REV`` wins (a run from a ``git archive``
