@@ -38,7 +38,8 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 @pytest.fixture(autouse=True)
 def gpus_for_gpu_tests(request, monkeypatch):
-    """A test marked ``gpu`` gives the processes it starts the machine's GPUs back."""
+    """A test marked ``gpu`` gets the machine's GPUs back, for the processes it starts and for itself:
+    torch.cuda.device_count() reads the variable again until CUDA is initialised."""
     if request.node.get_closest_marker("gpu") is not None:
         if VISIBLE_AT_START is None:
             monkeypatch.delenv("CUDA_VISIBLE_DEVICES")

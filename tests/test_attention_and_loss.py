@@ -109,6 +109,7 @@ needs_flash = pytest.mark.skipif(
 
 
 @needs_flash
+@pytest.mark.gpu
 @pytest.mark.parametrize("compiled", [False, True])
 def test_flash_matches_sdpa_forward_and_backward(compiled):
     try:

@@ -180,6 +180,7 @@ def test_errors_name_the_problem(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
                     reason="float8 tensor cores: SM89+ GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
 def test_gpu_float8_gemms_match_the_emulation(recipe):
     """The real float8 GEMMs (``torch._scaled_mm``) against torchao's emulation of the same quantised

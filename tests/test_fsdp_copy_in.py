@@ -25,7 +25,8 @@ def _both(shapes, world_size, dtype=torch.bfloat16, reduce_dtype=torch.float32, 
     return theirs, ours, ops.names
 
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))
+CUDA = pytest.param("cuda", marks=[pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"),
+                                   pytest.mark.gpu])
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])

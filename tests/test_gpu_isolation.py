@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import VISIBLE_AT_START
 
@@ -22,3 +23,10 @@ def test_a_started_process_sees_no_gpu():
 @pytest.mark.gpu
 def test_a_gpu_test_keeps_the_machines_gpus():
     assert _seen() == repr(VISIBLE_AT_START)
+
+
+@pytest.mark.gpu
+def test_a_gpu_test_counts_the_machines_gpus():
+    """torch's device count reads CUDA_VISIBLE_DEVICES until CUDA is initialised: a gpu test sees the
+    GPUs that ``is_available`` found when the test process started."""
+    assert (torch.cuda.device_count() > 0) == torch.cuda.is_available()
