@@ -346,7 +346,7 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float | None = None, batch: int = 
             mem = memory(args, layout, local // accum, seq, microbatch)
             t = step_time(args, layout, local // accum, seq, microbatch=microbatch, cluster=cluster, accum=accum)
             options.append((mem["total_bytes"] <= headroom * gpu_mem_gib * GiB, t, mem, accum))
-        fits, t, mem, accum = min(options, key=lambda o: (not o[0], o[1]["step_s"]))
+        fits, t, mem, accum = min(options, key=lambda o: (not o[0], _ranked(o[1]["step_s"])))
         rows.append({"strategy": layout.strategy, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
                      "ac": layout.ac, "rep": layout.rep, "units": layout.units if layout.shard > 1 else "-",
                      "step_graph": layout.step_graph,
@@ -358,4 +358,16 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float | None = None, batch: int = 
                      "compute_s": t["compute_s"], "tp_comm_s": t["tp_comm_s"], "fsdp_s": t["fsdp_s"],
                      "crosses": ",".join(cluster.crossing(layout.tp, layout.shard, layout.pp, layout.rep)) or "-",
                      "rate": t["rate"]})
-    return sorted(rows, key=lambda r: (not r["fits"], -r["tokens_per_s_gpu"]))
+    return sorted(rows, key=ranking)
+
+
+def ranking(row: dict) -> tuple:
+    """Sort key of ``plan``'s rows: the layouts that fit, fastest first."""
+    return not row["fits"], -_ranked(row["tokens_per_s_gpu"])
+
+
+def _ranked(seconds_or_rate: float) -> float:
+    """The value a ranking compares: equal predictions (a checkpointing mode that changes nothing, a
+    host-bound step) can differ in the last bit between Python versions (3.12's ``sum`` compensates), so
+    they compare at 12 digits and keep the candidates' order, the simpler layout first."""
+    return float(f"{seconds_or_rate:.12g}")
