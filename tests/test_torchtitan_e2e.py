@@ -2,9 +2,10 @@
 on the cola_llama family, compared across parallel layouts by the per-step losses it logs.
 
 Every run is a subprocess. The runs that the selected tests need are launched as soon as the first
-test asks for them, BOOST_E2E_JOBS (default 2) at a time, because most of a run is interpreter
-start-up and torchtitan's fixed 2 s shutdown sleep: two concurrent runs make good use of a 2-core
-machine. Each test then waits for its runs. Dump folders are created under pytest's tmp path.
+test asks for them, BOOST_E2E_JOBS at a time (default: half the cores this process may use, at
+least 2), because most of a run is interpreter start-up and torchtitan's fixed 2 s shutdown sleep:
+two concurrent runs make good use of a 2-core machine. Each test then waits for its runs. Dump
+folders are created under pytest's tmp path, with ``runs.txt`` listing each run as it ends.
 
 All tiny-flavor runs share one recipe (fp32, synthetic tokens, seq 64, local batch 2, LR schedule
 over 30 steps) so that they follow the same loss curve whatever the layout. Two settings make
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.e2e
 RUN_TRAIN = ROOT / "scripts" / "run_train.sh"
 CONFIG = ROOT / "train_configs" / "debug_cpu.toml"
 TIMEOUT_S = 420
-JOBS = max(1, int(os.environ.get("BOOST_E2E_JOBS", "2")))
+JOBS = max(1, int(os.environ.get("BOOST_E2E_JOBS", max(2, len(os.sched_getaffinity(0)) // 2))))
 RTOL = 1e-5
 
 COMMON = ("--metrics.log_freq", "1", "--debug.seed", "42", "--metrics.disable_color_printing")
@@ -241,7 +242,10 @@ def _launch(name: str, spec: Spec, dump: Path, extra: tuple[str, ...] = ()) -> R
     # several nodes: the log of the node whose local rank LOG_RANK printed the losses (pipeline: the last stage's)
     log = next((log for log in logs if _losses_positive(log)), logs[0])
     code = next((c for c in codes if c != 0), 0) if None not in codes else None
-    return Result(name, code, log, dump, time.monotonic() - start)
+    seconds = time.monotonic() - start
+    with open(dump.parent / "runs.txt", "a") as f:  # as each run ends: what an interrupted session ran
+        f.write(f"{name}: {seconds:.1f} s (rc={code})\n")
+    return Result(name, code, log, dump, seconds)
 
 
 def _losses_positive(log: str) -> bool:
