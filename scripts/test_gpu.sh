@@ -27,11 +27,13 @@ interrupted=$(grep -q "KeyboardInterrupt" "$log" && echo " (interrupted after ${
   echo "- **date**: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- **card**: $card"
   echo "- **torch**: $torch_version"
-  echo "- **git**: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "- **command**: \`TIMEOUT=${TIMEOUT:-0} JOBS=${JOBS:-8} scripts/test_gpu.sh $*\`"
+  echo "- **git**: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "- **command**: \`TIMEOUT=${TIMEOUT:-0} JOBS=${JOBS:-8} scripts/test_gpu.sh${*:+ ${*@Q}}\`"
   echo "- **result**: ${summary:-no summary line} (exit status $status)$interrupted"
-  echo "- **per-test lines**: $(grep "::" "$log" | grep -oE "\b(PASSED|FAILED|SKIPPED|ERROR)\b" | sort | uniq -c | xargs)"
-  failed=$(grep "::" "$log" | grep -E "\b(FAILED|ERROR)\b" | grep -oE "tests/[^ ]+::[^ ]+" | sort -u)
+  # the -v lines ("[gw3] [ 75%] FAILED tests/...", or "tests/... FAILED"), not the -rfE summary ("FAILED tests/...")
+  verdicts=$(grep "::" "$log" | grep -vE "^(FAILED|ERROR) ")
+  echo "- **per-test lines**: $(echo "$verdicts" | grep -oE "\b(PASSED|FAILED|SKIPPED|ERROR)\b" | sort | uniq -c | xargs)"
+  failed=$(echo "$verdicts" | grep -E "\b(FAILED|ERROR)\b" | grep -oE "tests/[^ ]+::[^ ]+" | sort -u)
   [ -n "$failed" ] && { echo; echo "Failed:"; echo; echo "$failed" | sed 's/^/- /'; }
 } > docs/results/test_gpu.md
 rm -f "$log"

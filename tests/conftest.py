@@ -34,6 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subpr
 torch.cuda.is_available()
 VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# torch.compile's kernels compile in the rank's own process: by default each rank starts a pool of one
+# worker per core, and on a many-core machine the concurrent runs' pools (each worker importing torch)
+# cost more than the tiny models' few kernels
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
