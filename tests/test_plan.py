@@ -533,9 +533,8 @@ def test_equal_predictions_rank_the_simpler_layout_first():
     may differ between Python versions (3.12's compensated ``sum``), which must not change the ranking."""
     rows = [r for r in plan.plan("13B", 4, nodes=64, global_batch=64, gpu="a100")
             if r["fits"] and r["strategy"] == "btp" and (r["tp"], r["pp"], r["units"], r["step_graph"]) == (4, 1, "block", False)]
-    # host-bound: every checkpointing mode takes the host's time; lowrank's sum ends one bit higher here
+    # host-bound: every checkpointing mode takes the host's time (to the last bit or so, by Python version)
     assert [r["ac"] for r in rows] == ["none", "budget", "lowrank", "full"]
-    assert len({r["tokens_per_s_gpu"] for r in rows}) == 2
     assert rows[0]["tokens_per_s_gpu"] == pytest.approx(rows[-1]["tokens_per_s_gpu"], rel=1e-15)
     one_bit_slower = [dict(r, tokens_per_s_gpu=r["tokens_per_s_gpu"] * (1 - 2**-52)) if r["ac"] == "none" else r
                       for r in rows]
