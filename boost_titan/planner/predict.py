@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from boost_titan.models import FLAVORS, TransformerArgs
 from boost_titan.models.args import flops_per_token, linear_params_per_layer
 from boost_titan.parallel import STRATEGIES, check_tp, stream_shape
+from boost_titan.planner import comm_model
 from boost_titan.planner.costs import COSTS, StrategyCosts, host_per_block, measured_constants
 
 GiB = 2**30
@@ -219,8 +220,6 @@ def step_time(args: TransformerArgs, layout: Layout, batch: int, seq: int, link=
     forward + backward passes of ``batch`` sequences per optimizer step (torchtitan's
     ``training.global_batch_size``); each pass gathers and reduce-scatters FSDP's units again
     (torchtitan keeps gradient sync on in every microstep)."""
-    from boost_titan.planner import comm_model
-
     if cluster is not None:
         tp_link = cluster.link(layout.tp, 1)
         dp_link = cluster.link(layout.shard, layout.tp)
@@ -326,10 +325,8 @@ def plan(flavor: str, gpus: int, gpu_mem_gib: float | None = None, batch: int = 
     step_cudagraph`` (column ``step_graph``); True: with it only; False: without it.
     ``gpu``: the machine (``comm_model.GPUS``: its links, its rate against the H200's, its memory,
     which ``gpu_mem_gib`` overrides)."""
-    from boost_titan.planner.comm_model import GPUS, cluster_of
-
-    cluster = cluster_of(gpu, nodes, gpus)
-    gpu_mem_gib = GPUS[gpu]["mem_gib"] if gpu_mem_gib is None else gpu_mem_gib
+    cluster = comm_model.cluster_of(gpu, nodes, gpus)
+    gpu_mem_gib = comm_model.GPUS[gpu]["mem_gib"] if gpu_mem_gib is None else gpu_mem_gib
     args = FLAVORS[flavor].replace(max_seq_len=seq)
     headroom = measured_constants()["memory_headroom"]["value"]
     rows = []
