@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole suite on a GPU machine: the GPU-only tests run there, the CPU distributed tests pin their
-# ranks to the CPU (tests/conftest.py run_distributed). Writes the result (date, card, torch, the
-# pytest summary line and each failed test) to docs/results/test_gpu.md.
+# The whole suite on a GPU machine: the tests marked gpu use the GPU, every other test and the
+# processes it starts see none (tests/conftest.py). Writes the result (date, card, torch, the pytest
+# summary line and each failed test) to docs/results/test_gpu.md.
 #   scripts/test_gpu.sh [pytest args]       e.g. scripts/test_gpu.sh -m "not e2e"
 #   TIMEOUT=500 scripts/test_gpu.sh         interrupt pytest after 500 s: it still reports what ran
 #   JOBS=8                                  pytest-xdist workers, where it is installed (default 8)

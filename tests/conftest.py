@@ -3,8 +3,8 @@ the repository root, the tiny model shapes, running a function on N gloo ranks (
 a run of ``scripts/run_train.sh`` with its per-step losses, the fp32-vs-fp64 reassociation bound, and
 a recorder of the aten ops a block of code dispatches.
 
-On a GPU machine the CPU tests stay on the CPU: every process the tests start sees no GPU unless the
-test is marked ``gpu`` (``gpus_for_gpu_tests``); the test process keeps its own GPUs."""
+On a GPU machine the CPU tests stay on the CPU: a test and the processes it starts see no GPU unless
+the test is marked ``gpu`` (``gpus_for_gpu_tests``)."""
 
 from __future__ import annotations
 
