@@ -29,10 +29,25 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository: cwd of every subpr
 # On a GPU machine the CPU tests stay on the CPU: every process the tests start (torchtitan's loop, a
 # gloo rank, a benchmark, an example under torchrun; from a test or from a module's shared fixture)
 # sees no GPU, since torchtitan and torchrun pick CUDA and NCCL wherever one is visible, and several
-# ranks cannot share one GPU. The test process reads its own GPUs first: CUDA reads
-# CUDA_VISIBLE_DEVICES once, when it starts, which is_available() does.
+# ranks cannot share one GPU. The machine's GPUs are kept in MACHINE_GPUS_VAR: pytest-xdist starts its
+# workers after the main process has loaded this file, so a worker inherits the hidden value.
+MACHINE_GPUS_VAR = "BOOST_TESTS_CUDA_VISIBLE_DEVICES"
+_UNSET = "<unset>"
+os.environ.setdefault(MACHINE_GPUS_VAR, os.environ.get("CUDA_VISIBLE_DEVICES", _UNSET))
+VISIBLE_AT_START = None if os.environ[MACHINE_GPUS_VAR] == _UNSET else os.environ[MACHINE_GPUS_VAR]
+
+
+def _show_machine_gpus(setenv, delenv) -> None:
+    if VISIBLE_AT_START is None:
+        delenv("CUDA_VISIBLE_DEVICES")
+    else:
+        setenv("CUDA_VISIBLE_DEVICES", VISIBLE_AT_START)
+
+
+# The test process finds the machine's GPUs first: CUDA reads CUDA_VISIBLE_DEVICES once, when it
+# starts, which is_available() does; then the variable hides them from every process started later.
+_show_machine_gpus(os.environ.__setitem__, lambda name: os.environ.pop(name, None))
 torch.cuda.is_available()
-VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # torch.compile's kernels compile in the rank's own process: by default each rank starts a pool of one
 # worker per core, and on a many-core machine the concurrent runs' pools (each worker importing torch)
@@ -45,10 +60,7 @@ def gpus_for_gpu_tests(request, monkeypatch):
     """A test marked ``gpu`` gets the machine's GPUs back, for the processes it starts and for itself:
     torch.cuda.device_count() reads the variable again until CUDA is initialised."""
     if request.node.get_closest_marker("gpu") is not None:
-        if VISIBLE_AT_START is None:
-            monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-        else:
-            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", VISIBLE_AT_START)
+        _show_machine_gpus(monkeypatch.setenv, monkeypatch.delenv)
 
 
 # The model of the in-process tests: divisible by tp 2/4/8 where a strategy shards it; attn_rank ≠
