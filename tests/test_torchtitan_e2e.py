@@ -3,9 +3,9 @@ on the cola_llama family, compared across parallel layouts by the per-step losse
 
 Every run is a subprocess. The runs that the selected tests need are launched as soon as the first
 test asks for them, BOOST_E2E_JOBS at a time (default: half the cores this process may use, at
-least 2), because most of a run is interpreter start-up and torchtitan's fixed 2 s shutdown sleep:
-two concurrent runs make good use of a 2-core machine. Each test then waits for its runs. Dump
-folders are created under pytest's tmp path, with ``runs.txt`` listing each run as it ends.
+least 2), because most of a run is interpreter start-up and torchtitan's fixed 2 s shutdown sleep,
+which leave the cores idle part of the time. Each test then waits for its runs. Dump folders are
+created under pytest's tmp path, with ``runs.txt`` listing each run as it ends and where its time went.
 
 All tiny-flavor runs share one recipe (fp32, synthetic tokens, seq 64, local batch 2, LR schedule
 over 30 steps) so that they follow the same loss curve whatever the layout. Two settings make
