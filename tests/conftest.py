@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,14 @@ def run_train(args: list[str], ngpu: int, timeout: int = 600, **env: str) -> tup
     log = proc.stdout + proc.stderr
     losses = {int(s): float(v) for s, v in re.findall(r"step:\s*(\d+)\s+loss:\s*(\S+)", log)}
     return proc.returncode, log, losses
+
+
+def run_trains_together(*runs):
+    """Call each ``run`` (a function that starts one training run and returns its result) in a thread of
+    its own, all at once: a GPU test's compiled runs wait mostly on compilation, so side by side they take
+    the time of one. Their results, in order."""
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        return [f.result() for f in [pool.submit(run) for run in runs]]
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ all-gathered weights are partly uninitialised memory, so their losses depend on 
 import pytest
 import torch
 
-from conftest import run_train
+from conftest import run_train, run_trains_together
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device"),
               pytest.mark.gpu]  # its training runs keep the GPU (conftest.gpus_for_gpu_tests)
@@ -25,8 +25,8 @@ def _losses(dump, *extra: str) -> dict[int, float]:
 
 
 def test_cudagraphs_train_like_the_compiled_blocks(tmp_path):
-    plain = _losses(tmp_path / "plain")
-    graphs = _losses(tmp_path / "graphs", "--boost.cudagraphs")
+    plain, graphs = run_trains_together(lambda: _losses(tmp_path / "plain"),
+                                        lambda: _losses(tmp_path / "graphs", "--boost.cudagraphs"))
     assert sorted(plain) == sorted(graphs) == list(range(1, 9))
     for step in plain:  # the same kernels, replayed; two runs differ only by nondeterministic (atomic) reductions
         assert graphs[step] == pytest.approx(plain[step], rel=2e-2), (step, plain, graphs)

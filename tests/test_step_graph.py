@@ -10,7 +10,7 @@ bf16 losses of every step agree within bf16 noise, and the run logs the capture.
 import pytest
 import torch
 
-from conftest import run_train
+from conftest import run_train, run_trains_together
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device"),
               pytest.mark.gpu]  # its training runs keep the GPU (conftest.gpus_for_gpu_tests)
@@ -26,8 +26,8 @@ def _run(dump, *extra: str):
 
 
 def test_step_graph_trains_like_the_plain_step(tmp_path):
-    _, plain = _run(tmp_path / "plain")
-    log, graph = _run(tmp_path / "graph", "--boost.step_cudagraph")
+    (_, plain), (log, graph) = run_trains_together(lambda: _run(tmp_path / "plain"),
+                                                   lambda: _run(tmp_path / "graph", "--boost.step_cudagraph"))
     assert "captured the train step as a CUDA graph" in log
     assert sorted(plain) == sorted(graph) == list(range(1, 11))
     assert len(set(graph.values())) == 10  # the replays train (a stale graph would repeat its loss)

@@ -10,7 +10,7 @@ within the noise of nondeterministic (atomic) reductions.
 import pytest
 import torch
 
-from conftest import run_train
+from conftest import run_train, run_trains_together
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned copies need a CUDA device"),
               pytest.mark.gpu]  # its training runs keep the GPU (conftest.gpus_for_gpu_tests)
@@ -26,8 +26,8 @@ def _losses(dump, **env: str) -> dict[int, float]:
 
 
 def test_sync_free_step_trains_like_torchtitans(tmp_path):
-    ours = _losses(tmp_path / "ours")
-    stock = _losses(tmp_path / "stock", TRAIN_FILE="tests.stock_trainer")
+    ours, stock = run_trains_together(lambda: _losses(tmp_path / "ours"),
+                                      lambda: _losses(tmp_path / "stock", TRAIN_FILE="tests.stock_trainer"))
     assert sorted(ours) == sorted(stock) == list(range(1, 9))
     for step in ours:
         assert ours[step] == pytest.approx(stock[step], rel=2e-2), (step, ours, stock)
