@@ -14,9 +14,21 @@ parallel=()  # pytest-xdist where it is installed (the test extra), else one pro
 python -c "import xdist" 2>/dev/null && parallel=(-n "${JOBS:-8}" --dist loadfile)
 runner=()
 [ "${TIMEOUT:-0}" != 0 ] && runner=(timeout -s INT "$TIMEOUT")
+# the machine's CPU time (user, nice, system, idle, iowait, ...) from /proc/stat, in jiffies
+cpu_times() { head -1 /proc/stat | cut -d' ' -f3-; }
+cpu_before=$(cpu_times)
 # -v: one line per test as it ends, so an interrupted run still says which ran and which failed
 "${runner[@]}" python -m pytest -v -rfEs "${parallel[@]}" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# how busy the cores were while it ran: near 100% means the suite waits on the CPUs, not on the tests
+busy=$(python - "$cpu_before" "$(cpu_times)" <<'PY'
+import sys
+before, after = ([int(v) for v in s.split()] for s in sys.argv[1:])
+delta = [a - b for a, b in zip(after, before)]
+idle = delta[3] + delta[4]  # idle and iowait
+print(f"{100 * (1 - idle / max(1, sum(delta[:8]))):.0f}% of {__import__('os').cpu_count()} cores")
+PY
+)
 card=$(python -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')")
 torch_version=$(python -c "import torch; print(torch.__version__)")
 # the optional packages whose tests skip without them (torchao and transformers are in the test extra)
@@ -31,6 +43,7 @@ interrupted=$(grep -q "KeyboardInterrupt" "$log" && echo " (interrupted after ${
   echo "- **torch**: $torch_version"
   echo "- **git**: $(git describe --always --dirty 2>/dev/null || echo unknown)"
   echo "- **optional packages missing**: $missing"
+  echo "- **CPU busy while it ran**: $busy"
   echo "- **command**: \`TIMEOUT=${TIMEOUT:-0} JOBS=${JOBS:-8} scripts/test_gpu.sh${*:+ ${*@Q}}\`"
   echo "- **result**: ${summary:-no summary line} (exit status $status)$interrupted"
   # the -v lines ("[gw3] [ 75%] FAILED tests/...", or "tests/... FAILED"), not the -rfE summary ("FAILED tests/...")
