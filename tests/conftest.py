@@ -81,8 +81,8 @@ def run_train(args: list[str], ngpu: int, timeout: int = 600, **env: str) -> tup
 
 def run_trains_together(*runs):
     """Call each ``run`` (a function that starts one training run and returns its result) in a thread of
-    its own, all at once: a GPU test's compiled runs wait mostly on compilation, so side by side they take
-    the time of one. Their results, in order."""
+    its own, all at once: a GPU test's runs are processes of their own that spend most of their time
+    compiling on the CPU, which a many-core GPU machine can do for two at once. Their results, in order."""
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
         return [f.result() for f in [pool.submit(run) for run in runs]]
 
