@@ -5,9 +5,9 @@ import torch
 
 from boost_titan.ops.triton_rmsnorm import _use_triton, scale_and_statistic
 
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"), pytest.mark.gpu]
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.gpu
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("shape", [(3, 5, 96), (2, 513, 1024), (1, 7, 1368)])
 def test_scale_and_statistic_matches_reference(shape, dtype, tol):
